@@ -1,0 +1,62 @@
+// Every ANTDT_* environment variable is parsed and validated here, and only
+// here. A bad value raises ConfigError naming the variable, the value and the
+// accepted values. docs/configuration.md documents each one.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace antdt {
+
+enum class LogLevel { error = 0, warn = 1, info = 2, trace = 3 };
+enum class ProgressMode { automatic, spin, wake };  // ANTDT_PROGRESS
+enum class BindMode { automatic, none, cores, numa };  // ANTDT_BIND
+enum class AllreduceAlgo { automatic, ring };         // ANTDT_ALGO (grows with the collective suite)
+
+struct Config {
+  LogLevel log_level = LogLevel::warn;                       // ANTDT_DEBUG=ERROR|WARN|INFO|TRACE
+  std::chrono::milliseconds timeout{60000};                  // ANTDT_TIMEOUT_MS, 1..86400000
+  std::string transport = "ucx";                             // ANTDT_TRANSPORT=ucx|inproc
+  AllreduceAlgo allreduce_algo = AllreduceAlgo::automatic;   // ANTDT_ALGO=auto|ring
+  std::size_t chunk_bytes = 1u << 20;                        // ANTDT_CHUNK_BYTES, 4K..1G, K/M/G suffixes
+  ProgressMode progress = ProgressMode::automatic;           // ANTDT_PROGRESS=auto|spin|wake
+  std::chrono::microseconds spin_before_sleep{50};           // ANTDT_SPIN_US, 0..1000000
+  BindMode bind = BindMode::automatic;                       // ANTDT_BIND=auto|none|cores|numa
+
+  // Job membership (bootstrap). Unset optionals mean "not given".
+  std::optional<int> rank;                                   // ANTDT_RANK
+  std::optional<int> world_size;                             // ANTDT_WORLD_SIZE
+  std::optional<int> local_rank;                             // ANTDT_LOCAL_RANK
+  std::optional<int> local_size;                             // ANTDT_LOCAL_SIZE
+  std::string root;                                          // ANTDT_ROOT=host:port
+  std::string secret;                                        // ANTDT_SECRET (32 hex digits)
+  std::string bootstrap_dir = "/tmp";                        // ANTDT_BOOTSTRAP_DIR
+
+  // Reads the variables through `lookup` (the process environment by default).
+  using Lookup = std::function<std::optional<std::string>(std::string_view name)>;
+  static Config from_env(const Lookup& lookup);
+  static Config from_process_env();
+
+  // name=value lines for ANTDT_DEBUG=INFO start-up output.
+  std::vector<std::string> describe() const;
+};
+
+// The process-wide configuration, parsed on first use (throws ConfigError).
+const Config& config();
+// Tests: re-read the environment after setenv().
+void reload_config();
+
+// Reads a launcher's environment (Open MPI, PMIx, PMI, Slurm) when ANTDT_* is absent.
+struct LauncherRanks {
+  int rank = -1, size = -1, local_rank = -1, local_size = -1;
+  std::string job_id;  // unique per job, to name the bootstrap file
+  std::string source;  // which launcher's variables were read
+};
+std::optional<LauncherRanks> launcher_ranks(const Config::Lookup& lookup);
+
+}  // namespace antdt

@@ -1,0 +1,78 @@
+/* AntDT comm — C API.
+ *
+ * Every function returns an antdtStatus_t; ANTDT_OK is success. On failure,
+ * antdtLastError() returns a message naming the cause, for the calling thread.
+ * Structs passed in carry their size in the first field (`struct_size`) so the
+ * library can grow them without breaking callers built against older headers.
+ */
+#ifndef ANTDT_COMM_H
+#define ANTDT_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <antdt/export.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ANTDT_VERSION_MAJOR 0
+#define ANTDT_VERSION_MINOR 1
+#define ANTDT_VERSION_PATCH 0
+#define ANTDT_VERSION_CODE (ANTDT_VERSION_MAJOR * 10000 + ANTDT_VERSION_MINOR * 100 + ANTDT_VERSION_PATCH)
+
+typedef enum {
+  ANTDT_OK = 0,
+  ANTDT_ERR_INVALID_ARGUMENT = 1, /* a null pointer, bad count, dtype, op or rank */
+  ANTDT_ERR_CONFIG = 2,           /* a malformed ANTDT_* environment variable */
+  ANTDT_ERR_BOOTSTRAP = 3,        /* rendezvous failed, or a peer could not prove the job secret */
+  ANTDT_ERR_TRANSPORT = 4,        /* the network layer failed (peer unreachable, UCX error) */
+  ANTDT_ERR_TIMEOUT = 5,          /* a wait exceeded ANTDT_TIMEOUT_MS */
+  ANTDT_ERR_MISMATCH = 6,         /* ranks called a collective with different count/dtype/op/root */
+  ANTDT_ERR_REMOTE_ABORT = 7,     /* another rank aborted the communicator */
+  ANTDT_ERR_ABORTED = 8,          /* this rank aborted the communicator */
+  ANTDT_ERR_UNSUPPORTED = 9,      /* the operation is not available in this build */
+  ANTDT_ERR_INTERNAL = 10         /* a bug: please report it */
+} antdtStatus_t;
+
+typedef enum {
+  ANTDT_F32 = 0, ANTDT_F64 = 1, ANTDT_F16 = 2, ANTDT_BF16 = 3, ANTDT_I8 = 4,
+  ANTDT_U8 = 5, ANTDT_I32 = 6, ANTDT_U32 = 7, ANTDT_I64 = 8, ANTDT_U64 = 9
+} antdtDataType_t;
+
+typedef enum { ANTDT_SUM = 0, ANTDT_PROD = 1, ANTDT_MIN = 2, ANTDT_MAX = 3, ANTDT_AVG = 4 } antdtReduceOp_t;
+
+#define ANTDT_UNIQUE_ID_BYTES 128
+typedef struct {
+  char internal[ANTDT_UNIQUE_ID_BYTES];
+} antdtUniqueId;
+
+typedef struct antdtComm* antdtComm_t;
+
+/* Version as ANTDT_VERSION_CODE of the library actually loaded. */
+ANTDT_API antdtStatus_t antdtGetVersion(int* version);
+ANTDT_API const char* antdtStatusString(antdtStatus_t status);
+/* The last error message of the calling thread ("" when none). */
+ANTDT_API const char* antdtLastError(void);
+
+ANTDT_API antdtStatus_t antdtGetUniqueId(antdtUniqueId* id);
+ANTDT_API antdtStatus_t antdtCommInitRank(antdtComm_t* comm, int nranks, const antdtUniqueId* id, int rank);
+/* Joins the job described by ANTDT_RANK/ANTDT_WORLD_SIZE/ANTDT_ROOT or mpirun's environment. */
+ANTDT_API antdtStatus_t antdtCommInitFromEnv(antdtComm_t* comm);
+ANTDT_API antdtStatus_t antdtCommDestroy(antdtComm_t comm);
+/* Safe from any thread; never blocks. Peers' calls fail with ANTDT_ERR_REMOTE_ABORT. */
+ANTDT_API antdtStatus_t antdtCommAbort(antdtComm_t comm);
+ANTDT_API antdtStatus_t antdtCommRank(antdtComm_t comm, int* rank);
+ANTDT_API antdtStatus_t antdtCommSize(antdtComm_t comm, int* size);
+
+ANTDT_API antdtStatus_t antdtAllReduce(const void* sendbuf, void* recvbuf, size_t count,
+                                       antdtDataType_t dtype, antdtReduceOp_t op, antdtComm_t comm);
+ANTDT_API antdtStatus_t antdtBroadcast(const void* sendbuf, void* recvbuf, size_t count,
+                                       antdtDataType_t dtype, int root, antdtComm_t comm);
+ANTDT_API antdtStatus_t antdtBarrier(antdtComm_t comm);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ANTDT_COMM_H */

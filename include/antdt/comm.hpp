@@ -1,0 +1,171 @@
+// AntDT comm — C++ API.
+//
+// A Communicator is a group of `size()` ranks that call collectives in the same
+// order (NCCL semantics). Every collective call gets a sequence number; a rank
+// whose call differs from its peers' (count, dtype, op, root) makes every rank
+// fail with antdt::MismatchError instead of corrupting data or hanging. Every
+// blocking wait is bounded by ANTDT_TIMEOUT_MS (antdt::TimeoutError).
+//
+// Errors are reported as exceptions derived from antdt::Error; each carries a
+// Status (the same codes as the C API in comm.h) and a message naming the cause.
+#pragma once
+
+#include <antdt/comm.h>
+#include <antdt/export.h>
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+namespace antdt {
+
+// ---------------------------------------------------------------------------
+// Status and errors
+// ---------------------------------------------------------------------------
+enum class Status : int {
+  ok = ANTDT_OK,
+  invalid_argument = ANTDT_ERR_INVALID_ARGUMENT,
+  config = ANTDT_ERR_CONFIG,
+  bootstrap = ANTDT_ERR_BOOTSTRAP,
+  transport = ANTDT_ERR_TRANSPORT,
+  timeout = ANTDT_ERR_TIMEOUT,
+  mismatch = ANTDT_ERR_MISMATCH,
+  remote_abort = ANTDT_ERR_REMOTE_ABORT,
+  aborted = ANTDT_ERR_ABORTED,
+  unsupported = ANTDT_ERR_UNSUPPORTED,
+  internal = ANTDT_ERR_INTERNAL,
+};
+
+ANTDT_API const char* status_name(Status s) noexcept;
+
+class ANTDT_API Error : public std::runtime_error {
+ public:
+  Error(Status status, const std::string& what) : std::runtime_error(what), status_(status) {}
+  Status status() const noexcept { return status_; }
+
+ private:
+  Status status_;
+};
+
+#define ANTDT_DECLARE_ERROR(Name, code)                                           \
+  class ANTDT_API Name : public Error {                                           \
+   public:                                                                        \
+    explicit Name(const std::string& what) : Error(Status::code, what) {}         \
+  }
+ANTDT_DECLARE_ERROR(InvalidArgument, invalid_argument);
+ANTDT_DECLARE_ERROR(ConfigError, config);
+ANTDT_DECLARE_ERROR(BootstrapError, bootstrap);
+ANTDT_DECLARE_ERROR(TransportError, transport);
+ANTDT_DECLARE_ERROR(TimeoutError, timeout);
+ANTDT_DECLARE_ERROR(MismatchError, mismatch);
+ANTDT_DECLARE_ERROR(RemoteAbortError, remote_abort);
+ANTDT_DECLARE_ERROR(AbortedError, aborted);
+ANTDT_DECLARE_ERROR(UnsupportedError, unsupported);
+ANTDT_DECLARE_ERROR(InternalError, internal);
+#undef ANTDT_DECLARE_ERROR
+
+// ---------------------------------------------------------------------------
+// Data types and reduction operations
+// ---------------------------------------------------------------------------
+enum class DataType : std::uint8_t {
+  f32 = ANTDT_F32, f64 = ANTDT_F64, f16 = ANTDT_F16, bf16 = ANTDT_BF16,
+  i8 = ANTDT_I8, u8 = ANTDT_U8, i32 = ANTDT_I32, u32 = ANTDT_U32,
+  i64 = ANTDT_I64, u64 = ANTDT_U64,
+};
+enum class ReduceOp : std::uint8_t {
+  sum = ANTDT_SUM, prod = ANTDT_PROD, min = ANTDT_MIN, max = ANTDT_MAX, avg = ANTDT_AVG,
+};
+
+ANTDT_API std::size_t dtype_size(DataType t);
+ANTDT_API std::string_view dtype_name(DataType t) noexcept;
+ANTDT_API std::string_view op_name(ReduceOp op) noexcept;
+
+template <class T> constexpr DataType dtype_of();
+template <> constexpr DataType dtype_of<float>() { return DataType::f32; }
+template <> constexpr DataType dtype_of<double>() { return DataType::f64; }
+template <> constexpr DataType dtype_of<std::int8_t>() { return DataType::i8; }
+template <> constexpr DataType dtype_of<std::uint8_t>() { return DataType::u8; }
+template <> constexpr DataType dtype_of<std::int32_t>() { return DataType::i32; }
+template <> constexpr DataType dtype_of<std::uint32_t>() { return DataType::u32; }
+template <> constexpr DataType dtype_of<std::int64_t>() { return DataType::i64; }
+template <> constexpr DataType dtype_of<std::uint64_t>() { return DataType::u64; }
+
+// ---------------------------------------------------------------------------
+// Bootstrap identity
+// ---------------------------------------------------------------------------
+// 128 opaque bytes, like ncclUniqueId: the root's address and port plus a
+// random 128-bit job secret. Rank 0 makes one (UniqueId::create) and hands it
+// to the others out of band; ranks that cannot prove the secret are refused.
+struct UniqueId {
+  std::array<std::byte, ANTDT_UNIQUE_ID_BYTES> bytes{};
+  ANTDT_API static UniqueId create();                      // binds a listener address for rank 0
+  ANTDT_API std::string to_string() const;                 // hex, for env vars and files
+  ANTDT_API static UniqueId from_string(std::string_view hex);
+};
+
+namespace detail { class CommImpl; }
+
+struct CommOptions {
+  // Transport: "ucx" (default) or "inproc" (ranks as threads of one process).
+  std::string transport = "ucx";
+};
+
+// ---------------------------------------------------------------------------
+// Communicator
+// ---------------------------------------------------------------------------
+class ANTDT_API Communicator {
+ public:
+  // Joins the job described by the environment: ANTDT_RANK / ANTDT_WORLD_SIZE /
+  // ANTDT_ROOT (+ ANTDT_SECRET), or the variables set by mpirun (Open MPI / PMIx / PMI).
+  static Communicator from_env();
+  // Joins the job identified by `id` (made by UniqueId::create on one rank).
+  static Communicator create(const UniqueId& id, int rank, int size, const CommOptions& opts = {});
+
+  Communicator(Communicator&&) noexcept;
+  Communicator& operator=(Communicator&&) noexcept;
+  ~Communicator();
+
+  int rank() const noexcept;
+  int size() const noexcept;
+  std::string_view transport_name() const noexcept;
+
+  // AllReduce of `count` elements. In place when send == recv.
+  void allreduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op);
+  // Broadcast `count` elements from `root`'s send buffer into every rank's recv buffer.
+  void broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root);
+  void barrier();
+
+  template <class T>
+  void allreduce(std::span<const T> send, std::span<T> recv, ReduceOp op) {
+    check_same_extent(send.size(), recv.size());
+    allreduce(send.data(), recv.data(), send.size(), dtype_of<std::remove_cv_t<T>>(), op);
+  }
+  template <class T>
+  void allreduce(std::span<T> inout, ReduceOp op) {
+    allreduce(inout.data(), inout.data(), inout.size(), dtype_of<T>(), op);
+  }
+  template <class T>
+  void broadcast(std::span<T> inout, int root) {
+    broadcast(inout.data(), inout.data(), inout.size(), dtype_of<T>(), root);
+  }
+
+  // Tells every peer to stop: their pending and future calls fail with
+  // RemoteAbortError; this rank's with AbortedError. Safe from any thread; never blocks.
+  void abort(std::string_view reason = "aborted by the application") noexcept;
+
+  detail::CommImpl& impl() noexcept { return *impl_; }
+  explicit Communicator(std::unique_ptr<detail::CommImpl> impl) noexcept;
+
+ private:
+  static void check_same_extent(std::size_t a, std::size_t b);
+  std::unique_ptr<detail::CommImpl> impl_;
+};
+
+}  // namespace antdt

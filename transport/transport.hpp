@@ -1,0 +1,109 @@
+// The transport interface: how bytes move between the ranks of one job.
+// Collectives are written against this interface only; nothing in
+// collectives/ knows UCX.
+//
+// Model: tagged, ordered, two-sided messages. Every message is a fixed 32-byte
+// MessageHeader plus a contiguous payload. Messages from one sender with the
+// same tag are matched in the order they were sent. Operations complete into a
+// caller-owned Completion, so posting allocates nothing on the hot path.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace antdt::transport {
+
+using Clock = std::chrono::steady_clock;
+using Deadline = Clock::time_point;
+
+// Carried in front of every payload. Receivers check it against what they
+// expect, which is how a collective called differently on two ranks is caught.
+struct MessageHeader {
+  static constexpr std::uint32_t kMagic = 0x41445443;  // "ADTC"
+  std::uint32_t magic = kMagic;
+  std::uint32_t comm_id = 0;    // which communicator
+  std::uint64_t seq = 0;        // collective sequence number on that communicator
+  std::uint64_t signature = 0;  // hash of (collective, count, dtype, op, root, algorithm)
+  std::uint64_t payload_bytes = 0;
+};
+static_assert(sizeof(MessageHeader) == 32);
+
+// Tags: user tags must fit in kTagBits bits (transports use the rest for the
+// source rank and their own control traffic).
+inline constexpr unsigned kTagBits = 40;
+inline constexpr std::uint64_t kMaxTag = (std::uint64_t{1} << kTagBits) - 1;
+
+enum class State : int { pending = 0, done = 1, failed = 2, cancelled = 3 };
+
+// One posted send or receive. Owned by the caller; must stay alive and unmoved
+// until it is no longer pending (wait, or cancel then wait).
+struct Completion {
+  std::atomic<State> state{State::pending};
+  MessageHeader header{};      // send: filled by the caller before posting; recv: filled on arrival
+  std::size_t received_bytes = 0;  // recv: payload bytes that arrived
+  std::string error;           // set when failed
+  void* handle = nullptr;      // transport-private
+
+  Completion() = default;
+  Completion(const Completion&) = delete;
+  Completion& operator=(const Completion&) = delete;
+  bool pending() const noexcept { return state.load(std::memory_order_acquire) == State::pending; }
+  // Re-arms a finished completion for reuse.
+  void reset() noexcept {
+    state.store(State::pending, std::memory_order_relaxed);
+    received_bytes = 0;
+    error.clear();
+    handle = nullptr;
+  }
+};
+
+struct AbortInfo {
+  int origin_rank = -1;  // the rank that called abort()
+  int status = 0;        // antdt::Status code
+  std::string reason;
+};
+
+// Why a wait returned without all its operations done.
+enum class WaitResult { done, timeout, aborted };
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const noexcept = 0;
+  virtual int size() const noexcept = 0;
+  virtual std::string_view name() const noexcept = 0;
+
+  // Sends done.header + payload to `peer`. The payload must stay valid until
+  // the completion leaves `pending`.
+  virtual void post_send(int peer, std::uint64_t tag, std::span<const std::byte> payload, Completion& done) = 0;
+  // Receives a message from `peer` with `tag` into done.header + payload. A
+  // message longer than the payload fails the completion (truncation).
+  virtual void post_recv(int peer, std::uint64_t tag, std::span<std::byte> payload, Completion& done) = 0;
+
+  // Drives progress until every operation in `ops` has left `pending`, the
+  // deadline passes, or a peer aborted. Blocks without spinning in wake-up mode.
+  virtual WaitResult wait(std::span<Completion* const> ops, Deadline deadline) = 0;
+  // Non-blocking: drives progress once.
+  virtual void progress() = 0;
+  // Cancels a pending operation; it ends `cancelled` (or done, if it won the race).
+  // Waits (bounded) until the transport no longer touches the buffers.
+  virtual void cancel(Completion& op) = 0;
+
+  // Best effort, non-blocking, safe from any thread: tells every peer to abort.
+  // `status` is an antdt::Status code (why), `reason` a message naming the cause.
+  // Afterwards waits on this transport (here and at the peers) return WaitResult::aborted.
+  virtual void abort(int status, std::string_view reason) noexcept = 0;
+  // The first abort seen, local or from a peer.
+  virtual std::optional<AbortInfo> abort_info() const = 0;
+};
+
+}  // namespace antdt::transport
