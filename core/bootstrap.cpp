@@ -1,0 +1,311 @@
+#include "core/bootstrap.hpp"
+
+#include "core/bootstrap_wire.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/net.hpp"
+
+#include <arpa/inet.h>
+#include <cstring>
+#include <map>
+#include <openssl/rand.h>
+
+namespace antdt {
+
+// ---------------------------------------------------------------------------
+// Ranks as threads
+// ---------------------------------------------------------------------------
+InprocRendezvous::InprocRendezvous(int size, std::chrono::milliseconds timeout)
+    : size_(size), timeout_(timeout), slots_(static_cast<std::size_t>(size)) {
+  ANTDT_CHECK_ARG(size >= 1, "group size must be >= 1, got ", size);
+}
+
+std::vector<Bytes> InprocRendezvous::allgather(int rank, std::span<const std::byte> mine) {
+  ANTDT_CHECK_ARG(rank >= 0 && rank < size_, "rank ", rank, " out of range [0, ", size_, ")");
+  std::unique_lock lock(mu_);
+  const std::uint64_t generation = generation_;
+  slots_[static_cast<std::size_t>(rank)].assign(mine.begin(), mine.end());
+  if (++arrived_ == size_) {
+    last_result_ = std::move(slots_);
+    slots_.assign(static_cast<std::size_t>(size_), {});
+    arrived_ = 0;
+    ++generation_;
+    cv_.notify_all();
+    return last_result_;
+  }
+  // A rank cannot reach the next generation's completion before every waiter
+  // here copied this result: that completion needs all of them to arrive again.
+  if (!cv_.wait_for(lock, timeout_, [&] { return generation_ != generation; }))
+    raise<TimeoutError>("in-process rendezvous: rank ", rank, " waited ", timeout_.count(), " ms; only ", arrived_,
+                        " of ", size_, " ranks arrived");
+  return last_result_;
+}
+
+InprocBootstrap::InprocBootstrap(std::shared_ptr<InprocRendezvous> rendezvous, int rank)
+    : rendezvous_(std::move(rendezvous)), rank_(rank) {
+  ANTDT_CHECK_ARG(rendezvous_ != nullptr, "null rendezvous");
+  ANTDT_CHECK_ARG(rank >= 0 && rank < rendezvous_->size(), "rank ", rank, " out of range");
+}
+
+std::vector<Bytes> InprocBootstrap::allgather(std::span<const std::byte> mine) {
+  return rendezvous_->allgather(rank_, mine);
+}
+
+// ---------------------------------------------------------------------------
+// Unique id
+// ---------------------------------------------------------------------------
+namespace {
+
+constexpr std::uint32_t kIdMagic = 0x49544441;  // "ADTI"
+constexpr std::uint16_t kIdVersion = 1;
+constexpr std::size_t kIdPortOffset = 6, kIdSecretOffset = 8, kIdHostOffset = 24, kIdHostBytes = 64;
+
+// Listeners opened by UniqueId::create in this process, by port, so that rank 0
+// in the same process accepts on the socket the id names instead of binding again.
+std::mutex listener_mu;
+std::map<std::uint16_t, net::Fd>& listeners() {
+  static std::map<std::uint16_t, net::Fd> map;
+  return map;
+}
+
+net::Fd take_or_bind_listener(const RootAddress& root) {
+  {
+    std::lock_guard lock(listener_mu);
+    auto it = listeners().find(root.port);
+    if (it != listeners().end()) {
+      net::Fd fd = std::move(it->second);
+      listeners().erase(it);
+      return fd;
+    }
+  }
+  return net::listen_on(root.host, root.port, nullptr);
+}
+
+std::string hex_of(std::span<const std::byte> bytes) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string s;
+  for (auto b : bytes) {
+    s.push_back(digits[std::to_integer<unsigned>(b) >> 4]);
+    s.push_back(digits[std::to_integer<unsigned>(b) & 15]);
+  }
+  return s;
+}
+
+}  // namespace
+
+RootAddress decode_unique_id(const UniqueId& id) {
+  const auto& b = id.bytes;
+  std::uint32_t magic;
+  std::uint16_t version, port;
+  std::memcpy(&magic, b.data(), 4);
+  std::memcpy(&version, b.data() + 4, 2);
+  std::memcpy(&port, b.data() + kIdPortOffset, 2);
+  if (magic != kIdMagic) raise<BootstrapError>("not an antdt unique id (bad magic)");
+  if (version != kIdVersion) raise<BootstrapError>("unique id version ", version, " is not supported (expected ", kIdVersion, ")");
+  const char* host = reinterpret_cast<const char*>(b.data() + kIdHostOffset);
+  std::size_t host_len = strnlen(host, kIdHostBytes);
+  if (host_len == 0 || host_len == kIdHostBytes) raise<BootstrapError>("unique id holds no valid root address");
+  RootAddress root;
+  root.host.assign(host, host_len);
+  unsigned char probe[sizeof(in6_addr)];
+  if (inet_pton(AF_INET, root.host.c_str(), probe) != 1 && inet_pton(AF_INET6, root.host.c_str(), probe) != 1)
+    raise<BootstrapError>("unique id holds a malformed root address '", root.host, "'");
+  if (port == 0) raise<BootstrapError>("unique id holds port 0");
+  root.port = port;
+  std::memcpy(root.secret.data(), b.data() + kIdSecretOffset, root.secret.size());
+  return root;
+}
+
+UniqueId encode_unique_id(const RootAddress& addr) {
+  ANTDT_CHECK_ARG(!addr.host.empty() && addr.host.size() < kIdHostBytes, "root host '", addr.host, "' too long");
+  UniqueId id;
+  auto& b = id.bytes;
+  std::memcpy(b.data(), &kIdMagic, 4);
+  std::memcpy(b.data() + 4, &kIdVersion, 2);
+  std::memcpy(b.data() + kIdPortOffset, &addr.port, 2);
+  std::memcpy(b.data() + kIdSecretOffset, addr.secret.data(), addr.secret.size());
+  std::memcpy(b.data() + kIdHostOffset, addr.host.data(), addr.host.size());
+  return id;
+}
+
+UniqueId UniqueId::create() {
+  RootAddress root;
+  root.host = net::default_host_address();
+  net::Endpoint bound;
+  net::Fd fd = net::listen_on(root.host, 0, &bound);
+  root.port = bound.port;
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(root.secret.data()), static_cast<int>(root.secret.size())) != 1)
+    raise<InternalError>("RAND_bytes failed to make a job secret");
+  {
+    std::lock_guard lock(listener_mu);
+    listeners()[root.port] = std::move(fd);
+  }
+  return encode_unique_id(root);
+}
+
+std::string UniqueId::to_string() const { return hex_of(bytes); }
+
+UniqueId UniqueId::from_string(std::string_view hex) {
+  if (hex.size() != 2 * ANTDT_UNIQUE_ID_BYTES)
+    raise<InvalidArgument>("unique id string must be ", 2 * ANTDT_UNIQUE_ID_BYTES, " hex digits, got ", hex.size());
+  UniqueId id;
+  auto nibble = [&](char c) -> unsigned {
+    if (c >= '0' && c <= '9') return static_cast<unsigned>(c - '0');
+    if (c >= 'a' && c <= 'f') return static_cast<unsigned>(c - 'a' + 10);
+    if (c >= 'A' && c <= 'F') return static_cast<unsigned>(c - 'A' + 10);
+    raise<InvalidArgument>("unique id string has a non-hex character '", c, "'");
+  };
+  for (std::size_t i = 0; i < id.bytes.size(); ++i)
+    id.bytes[i] = static_cast<std::byte>(nibble(hex[2 * i]) << 4 | nibble(hex[2 * i + 1]));
+  return id;
+}
+
+// ---------------------------------------------------------------------------
+// TCP bootstrap
+// ---------------------------------------------------------------------------
+namespace {
+
+using net::Clock;
+
+class TcpBootstrap final : public Bootstrap {
+ public:
+  TcpBootstrap(const RootAddress& root, int rank, int size, std::chrono::milliseconds timeout)
+      : root_(root), rank_(rank), size_(size), timeout_(timeout) {
+    if (size_ == 1) return;
+    if (rank_ == 0)
+      accept_ranks();
+    else
+      join();
+  }
+
+  int rank() const noexcept override { return rank_; }
+  int size() const noexcept override { return size_; }
+
+  std::vector<Bytes> allgather(std::span<const std::byte> mine) override {
+    if (size_ == 1) return {Bytes(mine.begin(), mine.end())};
+    const auto deadline = Clock::now() + timeout_;
+    if (rank_ == 0) {
+      std::vector<Bytes> parts(static_cast<std::size_t>(size_));
+      parts[0].assign(mine.begin(), mine.end());
+      for (int r = 1; r < size_; ++r) parts[static_cast<std::size_t>(r)] = read_frame(peers_[static_cast<std::size_t>(r)].get(), wire::Kind::contribution, deadline, r);
+      auto gathered = wire::encode_gathered(parts);
+      auto head = wire::encode_frame_head(wire::Kind::gathered, gathered.size());
+      for (int r = 1; r < size_; ++r) {
+        int fd = peers_[static_cast<std::size_t>(r)].get();
+        net::send_all(fd, head, deadline);
+        net::send_all(fd, gathered, deadline);
+      }
+      return parts;
+    }
+    auto head = wire::encode_frame_head(wire::Kind::contribution, mine.size());
+    net::send_all(root_fd_.get(), head, deadline);
+    net::send_all(root_fd_.get(), mine, deadline);
+    auto gathered = read_frame(root_fd_.get(), wire::Kind::gathered, deadline, 0);
+    return wire::decode_gathered(gathered, static_cast<std::size_t>(size_));
+  }
+
+ private:
+  static Bytes read_frame(int fd, wire::Kind kind, Clock::time_point deadline, int from) {
+    std::array<std::byte, wire::kFrameHeadBytes> head{};
+    try {
+      net::recv_all(fd, head, deadline);
+      Bytes payload(wire::decode_frame_head(kind, head));
+      net::recv_all(fd, payload, deadline);
+      return payload;
+    } catch (const TimeoutError& e) {
+      raise<TimeoutError>("bootstrap exchange with rank ", from, " timed out: ", e.what());
+    } catch (const BootstrapError& e) {
+      raise<BootstrapError>("bootstrap exchange with rank ", from, " failed: ", e.what());
+    }
+  }
+
+  void accept_ranks() {
+    net::Fd listener = take_or_bind_listener(root_);
+    peers_.resize(static_cast<std::size_t>(size_));
+    const auto deadline = Clock::now() + timeout_;
+    int joined = 0;
+    while (joined < size_ - 1) {
+      std::string peer_host;
+      net::Fd fd = net::accept_until(listener.get(), deadline, &peer_host);
+      if (!fd) {
+        if (Clock::now() < deadline) continue;
+        std::string missing;
+        for (int r = 1; r < size_; ++r)
+          if (!peers_[static_cast<std::size_t>(r)]) missing += cat(missing.empty() ? "" : ",", r);
+        raise<TimeoutError>("bootstrap root: only ", joined, " of ", size_ - 1, " ranks joined within ",
+                            timeout_.count(), " ms (ANTDT_TIMEOUT_MS); missing ranks ", missing);
+      }
+      // One slow or hostile client must not hold the root for the whole timeout.
+      const auto handshake_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
+      try {
+        int r = admit(fd.get(), handshake_deadline);
+        peers_[static_cast<std::size_t>(r)] = std::move(fd);
+        ++joined;
+      } catch (const Error& e) {
+        ANTDT_WARN("bootstrap root: refused connection from ", peer_host, ": ", e.what());
+      }
+    }
+  }
+
+  // Runs the challenge/response with one connection; returns the rank it proved.
+  int admit(int fd, Clock::time_point deadline) {
+    wire::Challenge challenge;
+    if (RAND_bytes(reinterpret_cast<unsigned char*>(challenge.nonce.data()), static_cast<int>(challenge.nonce.size())) != 1)
+      raise<InternalError>("RAND_bytes failed");
+    net::send_all(fd, wire::encode(challenge), deadline);
+    std::array<std::byte, wire::kHelloBytes> raw{};
+    net::recv_all(fd, raw, deadline);
+    wire::Hello hello = wire::decode_hello(raw);
+    auto refuse = [&](const std::string& why) {
+      try {
+        net::send_all(fd, wire::encode(wire::Verdict{false, why}), deadline);
+      } catch (const Error&) {
+        // The peer may be gone already; the refusal is logged by the caller.
+      }
+      raise<BootstrapError>(why);
+    };
+    if (!wire::verify(root_.secret, challenge, hello))
+      refuse(cat("rank ", hello.rank, " could not prove the job secret (wrong ANTDT_SECRET or unique id)"));
+    if (hello.size != static_cast<std::uint32_t>(size_))
+      refuse(cat("rank ", hello.rank, " believes the job has ", hello.size, " ranks, the root has ", size_));
+    if (hello.rank == 0 || hello.rank >= static_cast<std::uint32_t>(size_))
+      refuse(cat("rank ", hello.rank, " is out of range [1, ", size_, ")"));
+    if (peers_[hello.rank]) refuse(cat("rank ", hello.rank, " joined twice"));
+    net::send_all(fd, wire::encode(wire::Verdict{true, {}}), deadline);
+    return static_cast<int>(hello.rank);
+  }
+
+  void join() {
+    const auto deadline = Clock::now() + timeout_;
+    root_fd_ = net::connect_to(net::Endpoint{root_.host, root_.port}, deadline);
+    std::array<std::byte, wire::kChallengeBytes> raw{};
+    net::recv_all(root_fd_.get(), raw, deadline);
+    auto challenge = wire::decode_challenge(raw);
+    wire::Hello hello{static_cast<std::uint32_t>(rank_), static_cast<std::uint32_t>(size_), {}};
+    hello.mac = wire::prove(root_.secret, challenge, hello.rank, hello.size);
+    net::send_all(root_fd_.get(), wire::encode(hello), deadline);
+    std::array<std::byte, wire::kVerdictHeadBytes> head{};
+    net::recv_all(root_fd_.get(), head, deadline);
+    auto [accepted, reason_len] = wire::decode_verdict_head(head);
+    std::string reason(reason_len, '\0');
+    net::recv_all(root_fd_.get(), std::as_writable_bytes(std::span(reason)), deadline);
+    if (!accepted) raise<BootstrapError>("the bootstrap root refused rank ", rank_, ": ", reason);
+  }
+
+  RootAddress root_;
+  int rank_, size_;
+  std::chrono::milliseconds timeout_;
+  net::Fd root_fd_;               // non-root ranks: connection to the root
+  std::vector<net::Fd> peers_;    // root: connection per rank
+};
+
+}  // namespace
+
+std::unique_ptr<Bootstrap> make_tcp_bootstrap(const UniqueId& id, int rank, int size,
+                                              std::chrono::milliseconds timeout) {
+  ANTDT_CHECK_ARG(size >= 1, "communicator size must be >= 1, got ", size);
+  ANTDT_CHECK_ARG(rank >= 0 && rank < size, "rank ", rank, " is out of range [0, ", size, ")");
+  return std::make_unique<TcpBootstrap>(decode_unique_id(id), rank, size, timeout);
+}
+
+}  // namespace antdt
