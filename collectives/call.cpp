@@ -1,0 +1,191 @@
+#include "collectives/call.hpp"
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+#include <algorithm>
+#include <cctype>
+
+namespace antdt::coll {
+namespace {
+
+std::uint64_t mix(std::uint64_t h, std::uint64_t v) noexcept {
+  // FNV-1a over the 8 bytes of v: stable across processes and builds.
+  for (int i = 0; i < 8; ++i) {
+    h ^= (v >> (8 * i)) & 0xff;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::allreduce: return "allreduce";
+    case Kind::broadcast: return "broadcast";
+    case Kind::barrier: return "barrier";
+  }
+  return "?";
+}
+
+const char* algo_name(Algo a) {
+  switch (a) {
+    case Algo::none: return "none";
+    case Algo::ring: return "ring";
+    case Algo::chain: return "chain";
+    case Algo::binomial_tree: return "binomial-tree";
+    case Algo::dissemination: return "dissemination";
+  }
+  return "?";
+}
+
+bool mentions_truncation(const std::string& text) {
+  std::string lower(text);
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  return lower.find("truncat") != std::string::npos;
+}
+
+}  // namespace
+
+std::uint64_t Signature::hash() const noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  h = mix(h, static_cast<std::uint64_t>(kind));
+  h = mix(h, count);
+  h = mix(h, static_cast<std::uint64_t>(dtype));
+  h = mix(h, static_cast<std::uint64_t>(op));
+  h = mix(h, static_cast<std::uint64_t>(static_cast<std::int64_t>(root)));
+  h = mix(h, static_cast<std::uint64_t>(algo));
+  return h;
+}
+
+std::string Signature::describe() const {
+  std::string s = cat(kind_name(kind), "(count=", count, ", ", dtype_name(dtype));
+  if (kind == Kind::allreduce) s += cat(", ", op_name(op));
+  if (root >= 0) s += cat(", root=", root);
+  return s + cat(", ", algo_name(algo), ")");
+}
+
+Call::Call(detail::CommImpl& comm, const Signature& sig)
+    : comm_(comm),
+      sig_(sig),
+      hash_(sig.hash()),
+      seq_(comm.next_seq()),
+      // Within one communicator and one sender, messages match in send order,
+      // so the tag only separates communicators and collective kinds; the
+      // sequence number travels in the header, where a skipped call is caught.
+      tag_((static_cast<std::uint64_t>(comm.id() & 0xffffffu) << 8) | static_cast<std::uint64_t>(sig.kind)),
+      deadline_(transport::Clock::now() + comm.config().timeout) {
+  comm_.check_usable();
+  if (auto info = comm_.transport().abort_info()) {
+    Status status = info->status == static_cast<int>(Status::mismatch) ? Status::mismatch : Status::remote_abort;
+    comm_.mark_failed(status, info->reason);
+    detail::throw_status(status, cat("rank ", info->origin_rank, " aborted the communicator: ", info->reason));
+  }
+}
+
+Call::~Call() {
+  for (std::size_t i = 0; i < high_water_; ++i) {
+    auto& slot = comm_.slot(i);
+    if (slot.completion.pending()) comm_.transport().cancel(slot.completion);
+  }
+}
+
+std::size_t Call::send(std::size_t index, int peer, std::span<const std::byte> payload) {
+  auto& slot = comm_.slot(index);
+  ANTDT_ASSERT(!slot.completion.pending());
+  slot.completion.reset();
+  slot.completion.header = transport::MessageHeader{transport::MessageHeader::kMagic, comm_.id(), seq_, hash_,
+                                                    payload.size()};
+  slot.peer = peer;
+  slot.is_recv = false;
+  slot.expected_bytes = payload.size();
+  high_water_ = std::max(high_water_, index + 1);
+  comm_.transport().post_send(peer, tag_, payload, slot.completion);
+  return index;
+}
+
+std::size_t Call::recv(std::size_t index, int peer, std::span<std::byte> payload) {
+  auto& slot = comm_.slot(index);
+  ANTDT_ASSERT(!slot.completion.pending());
+  slot.completion.reset();
+  slot.peer = peer;
+  slot.is_recv = true;
+  slot.expected_bytes = payload.size();
+  high_water_ = std::max(high_water_, index + 1);
+  comm_.transport().post_recv(peer, tag_, payload, slot.completion);
+  return index;
+}
+
+bool Call::done(std::size_t index) {
+  auto& slot = comm_.slot(index);
+  if (slot.completion.pending()) comm_.transport().progress();
+  if (slot.completion.pending()) return false;
+  check(slot);
+  return true;
+}
+
+void Call::wait(std::size_t index) {
+  auto& slot = comm_.slot(index);
+  if (slot.completion.pending()) {
+    transport::Completion* ops[] = {&slot.completion};
+    switch (comm_.transport().wait(ops, deadline_)) {
+      case transport::WaitResult::done: break;
+      case transport::WaitResult::timeout:
+        fail(Status::timeout, cat("rank ", rank(), " timed out after ", config().timeout.count(),
+                                  " ms (ANTDT_TIMEOUT_MS) in ", sig_.describe(), " #", seq_, " waiting to ",
+                                  slot.is_recv ? "receive from" : "send to", " rank ", slot.peer));
+      case transport::WaitResult::aborted: {
+        auto info = comm_.transport().abort_info();
+        Status status = info && info->status == static_cast<int>(Status::mismatch) ? Status::mismatch
+                                                                                   : Status::remote_abort;
+        std::string reason = info ? cat("rank ", info->origin_rank, " aborted the communicator: ", info->reason)
+                                  : std::string("the communicator was aborted");
+        comm_.mark_failed(status, reason);
+        detail::throw_status(status, reason);
+      }
+    }
+  }
+  check(slot);
+}
+
+void Call::wait_all() {
+  for (std::size_t i = 0; i < high_water_; ++i) wait(i);
+}
+
+void Call::check(detail::OpSlot& slot) {
+  auto& c = slot.completion;
+  const auto state = c.state.load(std::memory_order_acquire);
+  if (state == transport::State::failed) {
+    if (slot.is_recv && mentions_truncation(c.error))
+      fail(Status::mismatch, cat("rank ", rank(), " in ", sig_.describe(), " #", seq_, ": rank ", slot.peer,
+                                 " sent more data than expected (", c.error,
+                                 "); ranks called the collective with different arguments"));
+    fail(Status::transport, cat("rank ", rank(), " in ", sig_.describe(), " #", seq_, ": transfer with rank ",
+                                slot.peer, " failed: ", c.error));
+  }
+  if (state == transport::State::cancelled)
+    fail(Status::internal, cat("operation with rank ", slot.peer, " was cancelled"));
+  if (!slot.is_recv) return;
+  const auto& h = c.header;
+  if (h.magic != transport::MessageHeader::kMagic || h.comm_id != comm_.id())
+    fail(Status::transport, cat("rank ", rank(), ": malformed message header from rank ", slot.peer));
+  if (h.seq != seq_)
+    fail(Status::mismatch, cat("rank ", rank(), " is in collective #", seq_, " (", sig_.describe(), ") but rank ",
+                               slot.peer, " is in collective #", h.seq,
+                               ": ranks called collectives in different orders or numbers"));
+  if (h.signature != hash_ || h.payload_bytes != c.received_bytes || c.received_bytes != slot.expected_bytes)
+    fail(Status::mismatch, cat("rank ", rank(), " called ", sig_.describe(), " #", seq_, " but rank ", slot.peer,
+                               " called a different collective or with a different count, dtype, op or root (it sent ",
+                               h.payload_bytes, " bytes where ", slot.expected_bytes,
+                               " were expected); all ranks must call collectives with the same arguments"));
+}
+
+void Call::fail(Status status, const std::string& reason) {
+  // Tell the peers first, so that they fail promptly with the same cause
+  // instead of each waiting out its own timeout.
+  comm_.mark_failed(status, reason);
+  comm_.transport().abort(static_cast<int>(status), reason);
+  ANTDT_INFO(reason);
+  detail::throw_status(status, reason);
+}
+
+}  // namespace antdt::coll

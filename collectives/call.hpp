@@ -1,0 +1,71 @@
+// One collective call in flight on a communicator: its sequence number, its
+// signature, its deadline, and the operations it posted. Every algorithm posts
+// messages through a Call, which is the one place where arriving headers are
+// checked (mismatched calls across ranks), waits are bounded (ANTDT_TIMEOUT_MS),
+// and failures are turned into typed errors on this rank and aborts at the peers.
+#pragma once
+
+#include <antdt/comm.hpp>
+
+#include "core/communicator.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace antdt::coll {
+
+enum class Kind : std::uint8_t { allreduce = 1, broadcast = 2, barrier = 3 };
+enum class Algo : std::uint8_t { none = 0, ring = 1, chain = 2, binomial_tree = 3, dissemination = 4 };
+
+// What every rank must agree on for one call.
+struct Signature {
+  Kind kind = Kind::barrier;
+  std::size_t count = 0;
+  DataType dtype = DataType::u8;
+  ReduceOp op = ReduceOp::sum;
+  int root = -1;
+  Algo algo = Algo::none;
+
+  std::uint64_t hash() const noexcept;
+  std::string describe() const;  // "allreduce(count=10, f32, sum, ring)"
+};
+
+class Call {
+ public:
+  Call(detail::CommImpl& comm, const Signature& sig);
+  // Cancels whatever is still pending, so no buffer is touched after the call returns.
+  ~Call();
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+
+  int rank() const noexcept { return comm_.rank(); }
+  int size() const noexcept { return comm_.size(); }
+  const Config& config() const noexcept { return comm_.config(); }
+  std::span<std::byte> scratch(std::size_t bytes) { return comm_.scratch(bytes); }
+
+  // Posts into pool slot `index` (the algorithm numbers its operations; indexes
+  // must be unique within the call). Returns the slot index for wait().
+  std::size_t send(std::size_t index, int peer, std::span<const std::byte> payload);
+  std::size_t recv(std::size_t index, int peer, std::span<std::byte> payload);
+  // Waits until that operation completed and, for a receive, checks its header.
+  void wait(std::size_t index);
+  bool done(std::size_t index);  // non-blocking test (drives progress once)
+  // Waits for every operation posted so far.
+  void wait_all();
+
+ private:
+  [[noreturn]] void fail(Status status, const std::string& reason);
+  void check(detail::OpSlot& slot);
+
+  detail::CommImpl& comm_;
+  Signature sig_;
+  std::uint64_t hash_;
+  std::uint64_t seq_;
+  std::uint64_t tag_;
+  transport::Deadline deadline_;
+  std::size_t high_water_ = 0;  // slots [0, high_water_) may have been posted
+};
+
+}  // namespace antdt::coll

@@ -1,0 +1,69 @@
+#include "core/communicator.hpp"
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace antdt::detail {
+
+CommImpl::CommImpl(std::unique_ptr<transport::Transport> transport, std::uint32_t comm_id, const Config& cfg)
+    : transport_(std::move(transport)), id_(comm_id), cfg_(cfg) {
+  ANTDT_ASSERT(transport_ != nullptr);
+  rank_ = transport_->rank();
+  size_ = transport_->size();
+}
+
+CommImpl::~CommImpl() = default;
+
+OpSlot& CommImpl::slot(std::size_t index) {
+  while (slots_.size() <= index) slots_.emplace_back();
+  return slots_[index];
+}
+
+std::span<std::byte> CommImpl::scratch(std::size_t bytes) {
+  if (scratch_.size() < bytes) scratch_.resize(bytes);
+  return std::span(scratch_).first(bytes);
+}
+
+void CommImpl::check_usable() const {
+  std::lock_guard lock(failure_mu_);
+  if (failure_)
+    throw_status(failure_->first, cat("communicator is unusable after an earlier failure: ", failure_->second));
+}
+
+void CommImpl::mark_failed(Status status, const std::string& reason) {
+  std::lock_guard lock(failure_mu_);
+  if (!failure_) failure_.emplace(status, reason);
+}
+
+void CommImpl::abort(std::string_view reason) noexcept {
+  try {
+    mark_failed(Status::aborted, cat("rank ", rank_, " aborted: ", reason));
+  } catch (...) {
+    // Out of memory while recording the reason: the transport abort below still stops everyone.
+  }
+  transport_->abort(static_cast<int>(Status::aborted), reason);
+}
+
+void throw_status(Status status, const std::string& message) {
+  switch (status) {
+    case Status::invalid_argument: throw InvalidArgument(message);
+    case Status::config: throw ConfigError(message);
+    case Status::bootstrap: throw BootstrapError(message);
+    case Status::transport: throw TransportError(message);
+    case Status::timeout: throw TimeoutError(message);
+    case Status::mismatch: throw MismatchError(message);
+    case Status::remote_abort: throw RemoteAbortError(message);
+    case Status::aborted: throw AbortedError(message);
+    case Status::unsupported: throw UnsupportedError(message);
+    case Status::ok:
+    case Status::internal: break;
+  }
+  throw InternalError(message);
+}
+
+Communicator make_communicator(std::unique_ptr<transport::Transport> transport, std::uint32_t comm_id,
+                               const Config& cfg) {
+  return Communicator(std::make_unique<CommImpl>(std::move(transport), comm_id, cfg));
+}
+
+}  // namespace antdt::detail

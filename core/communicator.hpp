@@ -1,0 +1,78 @@
+// The communicator's internal state: the transport to every peer, the
+// collective sequence number, reusable per-call resources, and the failure
+// state. Collectives (collectives/) run against this through coll::Call.
+#pragma once
+
+#include <antdt/comm.hpp>
+
+#include "core/config.hpp"
+#include "transport/transport.hpp"
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace antdt::detail {
+
+// One posted operation of a collective, with what its receiver expects.
+struct OpSlot {
+  transport::Completion completion;
+  int peer = -1;
+  bool is_recv = false;
+  std::size_t expected_bytes = 0;
+};
+
+class CommImpl {
+ public:
+  CommImpl(std::unique_ptr<transport::Transport> transport, std::uint32_t comm_id, const Config& cfg);
+  ~CommImpl();
+  CommImpl(const CommImpl&) = delete;
+  CommImpl& operator=(const CommImpl&) = delete;
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  std::uint32_t id() const noexcept { return id_; }
+  const Config& config() const noexcept { return cfg_; }
+  transport::Transport& transport() noexcept { return *transport_; }
+
+  std::uint64_t next_seq() noexcept { return ++seq_; }
+
+  // Grow-only pools reused by every call: once warm, a collective of a size
+  // seen before allocates nothing.
+  OpSlot& slot(std::size_t index);
+  std::span<std::byte> scratch(std::size_t bytes);
+
+  // After a failed collective the communicator is unusable (peers may be in
+  // any state); every later call rethrows that failure.
+  void check_usable() const;
+  void mark_failed(Status status, const std::string& reason);
+
+  // Safe from any thread; never blocks.
+  void abort(std::string_view reason) noexcept;
+
+ private:
+  std::unique_ptr<transport::Transport> transport_;
+  std::uint32_t id_;
+  Config cfg_;
+  int rank_, size_;
+  std::uint64_t seq_ = 0;
+  std::deque<OpSlot> slots_;  // deque: slots never move once created
+  std::vector<std::byte> scratch_;
+  mutable std::mutex failure_mu_;
+  std::optional<std::pair<Status, std::string>> failure_;
+};
+
+// Throws the antdt::Error subclass that matches `status`.
+[[noreturn]] void throw_status(Status status, const std::string& message);
+
+// Factories used by the public API, the tests and the tools.
+Communicator make_communicator(std::unique_ptr<transport::Transport> transport, std::uint32_t comm_id,
+                               const Config& cfg);
+
+}  // namespace antdt::detail
