@@ -1,0 +1,330 @@
+// The public API: antdt::Communicator (comm.hpp) and the C API (comm.h).
+#include <antdt/comm.h>
+#include <antdt/comm.hpp>
+
+#include "collectives/collectives.hpp"
+#include "core/bootstrap.hpp"
+#include "core/communicator.hpp"
+#include "core/config.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/net.hpp"
+#include "transport/inproc/inproc_transport.hpp"
+#include "transport/ucx/ucx_transport.hpp"
+
+#include <cctype>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <fstream>
+#include <map>
+#include <sys/stat.h>
+#include <thread>
+#include <unistd.h>
+
+namespace antdt {
+namespace {
+
+std::uint32_t comm_id_from(const UniqueId& id) {
+  // Bytes of the random job secret: the same on every rank, different per job.
+  auto root = decode_unique_id(id);
+  std::uint32_t v;
+  std::memcpy(&v, root.secret.data(), sizeof v);
+  return v;
+}
+
+void log_startup(const Config& cfg, int rank, int size, std::string_view how) {
+  if (!log::enabled(LogLevel::info)) return;
+  ANTDT_INFO("antdt ", ANTDT_VERSION_MAJOR, ".", ANTDT_VERSION_MINOR, ".", ANTDT_VERSION_PATCH, ": rank ", rank,
+             " of ", size, " via ", how);
+  for (const auto& line : cfg.describe()) ANTDT_INFO("  ", line);
+}
+
+// Ranks as threads joined through the public create(): one fabric per id.
+std::mutex inproc_registry_mu;
+std::map<std::array<std::byte, ANTDT_UNIQUE_ID_BYTES>, std::weak_ptr<transport::InprocFabric>> inproc_registry;
+
+std::shared_ptr<transport::InprocFabric> inproc_fabric_for(const UniqueId& id, int size) {
+  std::lock_guard lock(inproc_registry_mu);
+  auto& weak = inproc_registry[id.bytes];
+  if (auto fabric = weak.lock()) return fabric;
+  auto fabric = std::make_shared<transport::InprocFabric>(size);
+  weak = fabric;
+  return fabric;
+}
+
+Communicator create_with(const UniqueId& id, int rank, int size, const Config& cfg, std::string_view how) {
+  ANTDT_CHECK_ARG(size >= 1, "communicator size must be >= 1, got ", size);
+  ANTDT_CHECK_ARG(rank >= 0 && rank < size, "rank ", rank, " is out of range [0, ", size, ")");
+  log::set_process_rank(rank);
+  log_startup(cfg, rank, size, how);
+  if (cfg.transport == "inproc") {
+    auto t = transport::make_inproc_transport(inproc_fabric_for(id, size), rank, cfg);
+    return detail::make_communicator(std::move(t), comm_id_from(id), cfg);
+  }
+  auto boot = make_tcp_bootstrap(id, rank, size, cfg.timeout);
+  auto t = transport::make_ucx_transport(*boot, cfg);
+  return detail::make_communicator(std::move(t), comm_id_from(id), cfg);
+}
+
+Communicator single_rank(const Config& cfg) {
+  log::set_process_rank(0);
+  log_startup(cfg, 0, 1, "no launcher environment (single rank)");
+  Config single = cfg;
+  auto t = transport::make_inproc_transport(std::make_shared<transport::InprocFabric>(1), 0, single);
+  return detail::make_communicator(std::move(t), 1, single);
+}
+
+std::array<std::byte, 16> parse_secret(const std::string& hex) {
+  std::array<std::byte, 16> out{};
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    unsigned v = 0;
+    std::sscanf(hex.c_str() + 2 * i, "%2x", &v);
+    out[i] = static_cast<std::byte>(v);
+  }
+  return out;
+}
+
+// mpirun and friends start every rank with the same job id but no shared
+// secret: rank 0 makes the unique id and publishes it in a private file that
+// the other ranks of the job (same user, same node or shared directory) read.
+std::string id_file_path(const Config& cfg, const LauncherRanks& job) {
+  std::string safe;
+  for (char c : job.job_id) safe.push_back(std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
+  return cat(cfg.bootstrap_dir, "/antdt-", ::getuid(), "-", safe, ".id");
+}
+
+void publish_id(const std::string& path, const UniqueId& id) {
+  std::string tmp = cat(path, ".", ::getpid(), ".tmp");
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) raise<BootstrapError>("cannot write the bootstrap id file ", tmp, ": ", std::strerror(errno),
+                                    " (set ANTDT_BOOTSTRAP_DIR to a writable directory)");
+  std::string text = id.to_string();
+  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    raise<BootstrapError>("cannot publish the bootstrap id file ", path, ": ", std::strerror(errno));
+  }
+}
+
+UniqueId read_published_id(const std::string& path, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto pause = std::chrono::milliseconds(2);
+  for (;;) {
+    std::ifstream in(path);
+    std::string text;
+    if (in && std::getline(in, text) && text.size() == 2 * ANTDT_UNIQUE_ID_BYTES) return UniqueId::from_string(text);
+    if (std::chrono::steady_clock::now() >= deadline)
+      raise<TimeoutError>("rank 0 did not publish the bootstrap id in ", path, " within ", timeout.count(),
+                          " ms (ANTDT_TIMEOUT_MS); is rank 0 running, and is ANTDT_BOOTSTRAP_DIR shared by all ranks?");
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Communicator
+// ---------------------------------------------------------------------------
+Communicator::Communicator(std::unique_ptr<detail::CommImpl> impl) noexcept : impl_(std::move(impl)) {}
+Communicator::Communicator(Communicator&&) noexcept = default;
+Communicator& Communicator::operator=(Communicator&&) noexcept = default;
+Communicator::~Communicator() = default;
+
+int Communicator::rank() const noexcept { return impl_->rank(); }
+int Communicator::size() const noexcept { return impl_->size(); }
+std::string_view Communicator::transport_name() const noexcept { return impl_->transport().name(); }
+
+void Communicator::allreduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op) {
+  coll::allreduce(*impl_, send, recv, count, dtype, op);
+}
+void Communicator::broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root) {
+  coll::broadcast(*impl_, send, recv, count, dtype, root);
+}
+void Communicator::barrier() { coll::barrier(*impl_); }
+void Communicator::abort(std::string_view reason) noexcept { impl_->abort(reason); }
+
+void Communicator::check_same_extent(std::size_t a, std::size_t b) {
+  ANTDT_CHECK_ARG(a == b, "send and recv spans differ in size (", a, " vs ", b, " elements)");
+}
+
+Communicator Communicator::create(const UniqueId& id, int rank, int size, const CommOptions& opts) {
+  Config cfg = config();
+  ANTDT_CHECK_ARG(opts.transport == "ucx" || opts.transport == "inproc", "unknown transport '", opts.transport,
+                  "' (expected ucx or inproc)");
+  cfg.transport = opts.transport;
+  return create_with(id, rank, size, cfg, "unique id");
+}
+
+Communicator Communicator::from_env() {
+  const Config& cfg = config();
+  if (cfg.rank.has_value() != cfg.world_size.has_value())
+    raise<ConfigError>("ANTDT_RANK and ANTDT_WORLD_SIZE must be set together");
+  if (cfg.rank) {
+    if (*cfg.world_size == 1) return single_rank(cfg);
+    if (cfg.root.empty() || cfg.secret.empty())
+      raise<ConfigError>("ANTDT_RANK/ANTDT_WORLD_SIZE need ANTDT_ROOT=host:port (where rank 0 listens) and "
+                         "ANTDT_SECRET=<32 hex digits> (the same on every rank)");
+    auto ep = net::parse_endpoint(cfg.root);
+    RootAddress root{ep.host, ep.port, parse_secret(cfg.secret)};
+    return create_with(encode_unique_id(root), *cfg.rank, *cfg.world_size, cfg, "ANTDT_RANK/ANTDT_ROOT");
+  }
+  auto job = launcher_ranks([](std::string_view name) -> std::optional<std::string> {
+    const char* v = std::getenv(std::string(name).c_str());
+    return v ? std::optional<std::string>(v) : std::nullopt;
+  });
+  if (!job) return single_rank(cfg);
+  if (job->size == 1) return single_rank(cfg);
+  const std::string path = id_file_path(cfg, *job);
+  if (job->rank == 0) {
+    UniqueId id = UniqueId::create();
+    publish_id(path, id);
+    try {
+      auto comm = create_with(id, 0, job->size, cfg, job->source);
+      ::unlink(path.c_str());
+      return comm;
+    } catch (...) {
+      ::unlink(path.c_str());
+      throw;
+    }
+  }
+  UniqueId id = read_published_id(path, cfg.timeout);
+  return create_with(id, job->rank, job->size, cfg, job->source);
+}
+
+}  // namespace antdt
+
+// ---------------------------------------------------------------------------
+// C API
+// ---------------------------------------------------------------------------
+struct antdtComm {
+  antdt::Communicator comm;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+template <class F>
+antdtStatus_t guarded(F&& f) noexcept {
+  try {
+    last_error.clear();
+    f();
+    return ANTDT_OK;
+  } catch (const antdt::Error& e) {
+    last_error = e.what();
+    return static_cast<antdtStatus_t>(e.status());
+  } catch (const std::bad_alloc&) {
+    last_error = "out of memory";
+    return ANTDT_ERR_INTERNAL;
+  } catch (const std::exception& e) {
+    last_error = e.what();
+    return ANTDT_ERR_INTERNAL;
+  }
+}
+
+antdt::Communicator& unwrap(antdtComm_t comm) {
+  ANTDT_CHECK_ARG(comm != nullptr, "communicator handle is null");
+  return comm->comm;
+}
+
+antdt::DataType to_dtype(antdtDataType_t t) {
+  auto d = static_cast<antdt::DataType>(t);
+  antdt::check_dtype(d);
+  return d;
+}
+
+antdt::ReduceOp to_op(antdtReduceOp_t o) {
+  auto op = static_cast<antdt::ReduceOp>(o);
+  antdt::check_op(op);
+  return op;
+}
+
+template <class Make>
+antdtStatus_t make_handle(antdtComm_t* out, Make&& make) {
+  return guarded([&] {
+    ANTDT_CHECK_ARG(out != nullptr, "output communicator pointer is null");
+    *out = nullptr;
+    auto handle = std::make_unique<antdtComm>(antdtComm{make()});
+    *out = handle.release();  // owned by the caller until antdtCommDestroy
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+antdtStatus_t antdtGetVersion(int* version) {
+  return guarded([&] {
+    ANTDT_CHECK_ARG(version != nullptr, "version pointer is null");
+    *version = ANTDT_VERSION_CODE;
+  });
+}
+
+const char* antdtStatusString(antdtStatus_t status) { return antdt::status_name(static_cast<antdt::Status>(status)); }
+
+const char* antdtLastError(void) { return last_error.c_str(); }
+
+antdtStatus_t antdtGetUniqueId(antdtUniqueId* id) {
+  return guarded([&] {
+    ANTDT_CHECK_ARG(id != nullptr, "unique id pointer is null");
+    auto made = antdt::UniqueId::create();
+    std::memcpy(id->internal, made.bytes.data(), sizeof id->internal);
+  });
+}
+
+antdtStatus_t antdtCommInitRank(antdtComm_t* comm, int nranks, const antdtUniqueId* id, int rank) {
+  return make_handle(comm, [&] {
+    ANTDT_CHECK_ARG(id != nullptr, "unique id pointer is null");
+    antdt::UniqueId uid;
+    std::memcpy(uid.bytes.data(), id->internal, uid.bytes.size());
+    return antdt::Communicator::create(uid, rank, nranks);
+  });
+}
+
+antdtStatus_t antdtCommInitFromEnv(antdtComm_t* comm) {
+  return make_handle(comm, [] { return antdt::Communicator::from_env(); });
+}
+
+antdtStatus_t antdtCommDestroy(antdtComm_t comm) {
+  return guarded([&] {
+    ANTDT_CHECK_ARG(comm != nullptr, "communicator handle is null");
+    std::unique_ptr<antdtComm> owned(comm);
+  });
+}
+
+antdtStatus_t antdtCommAbort(antdtComm_t comm) {
+  return guarded([&] { unwrap(comm).abort("antdtCommAbort"); });
+}
+
+antdtStatus_t antdtCommRank(antdtComm_t comm, int* rank) {
+  return guarded([&] {
+    ANTDT_CHECK_ARG(rank != nullptr, "rank pointer is null");
+    *rank = unwrap(comm).rank();
+  });
+}
+
+antdtStatus_t antdtCommSize(antdtComm_t comm, int* size) {
+  return guarded([&] {
+    ANTDT_CHECK_ARG(size != nullptr, "size pointer is null");
+    *size = unwrap(comm).size();
+  });
+}
+
+antdtStatus_t antdtAllReduce(const void* sendbuf, void* recvbuf, size_t count, antdtDataType_t dtype,
+                             antdtReduceOp_t op, antdtComm_t comm) {
+  return guarded([&] { unwrap(comm).allreduce(sendbuf, recvbuf, count, to_dtype(dtype), to_op(op)); });
+}
+
+antdtStatus_t antdtBroadcast(const void* sendbuf, void* recvbuf, size_t count, antdtDataType_t dtype, int root,
+                             antdtComm_t comm) {
+  return guarded([&] { unwrap(comm).broadcast(sendbuf, recvbuf, count, to_dtype(dtype), root); });
+}
+
+antdtStatus_t antdtBarrier(antdtComm_t comm) {
+  return guarded([&] { unwrap(comm).barrier(); });
+}
+
+}  // extern "C"

@@ -1,0 +1,101 @@
+// Ranks as threads: runs one function per rank on its own thread, each with its
+// own Communicator over the chosen transport, and collects every rank's outcome.
+#pragma once
+
+#include <antdt/comm.hpp>
+
+#include "core/bootstrap.hpp"
+#include "core/communicator.hpp"
+#include "core/config.hpp"
+#include "core/log.hpp"
+#include "transport/inproc/inproc_transport.hpp"
+#include "transport/ucx/ucx_transport.hpp"
+
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace antdt::test {
+
+enum class TransportKind { inproc, ucx };
+
+inline std::string to_string(TransportKind k) { return k == TransportKind::inproc ? "inproc" : "ucx"; }
+
+inline Config test_config() {
+  Config cfg;
+  cfg.timeout = std::chrono::seconds(30);
+  cfg.chunk_bytes = 4096;  // small chunks so that modest counts exercise the pipeline
+  return cfg;
+}
+
+// Per-rank outcome: null when the rank's function returned normally.
+using Outcomes = std::vector<std::exception_ptr>;
+
+inline Outcomes run_ranks(int n, TransportKind kind, const std::function<void(Communicator&)>& fn,
+                          const Config& cfg = test_config()) {
+  ::setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 0);
+  auto fabric = std::make_shared<transport::InprocFabric>(n);
+  auto rendezvous = std::make_shared<InprocRendezvous>(n, cfg.timeout);
+  Outcomes outcomes(static_cast<std::size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      log::set_thread_rank(r);
+      try {
+        std::unique_ptr<transport::Transport> t;
+        if (kind == TransportKind::inproc) {
+          t = transport::make_inproc_transport(fabric, r, cfg);
+        } else {
+          InprocBootstrap boot(rendezvous, r);
+          t = transport::make_ucx_transport(boot, cfg);
+        }
+        Communicator comm = detail::make_communicator(std::move(t), 42, cfg);
+        fn(comm);
+      } catch (...) {
+        outcomes[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+      log::set_thread_rank(-1);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return outcomes;
+}
+
+// Rethrows the first failure (for tests where every rank must succeed).
+inline void expect_all_ok(const Outcomes& outcomes) {
+  for (std::size_t r = 0; r < outcomes.size(); ++r) {
+    if (!outcomes[r]) continue;
+    try {
+      std::rethrow_exception(outcomes[r]);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("rank " + std::to_string(r) + " failed: " + e.what());
+    }
+  }
+}
+
+// The message of a rank's failure, or "" when it succeeded.
+inline std::string failure_of(const Outcomes& outcomes, int rank) {
+  if (!outcomes[static_cast<std::size_t>(rank)]) return {};
+  try {
+    std::rethrow_exception(outcomes[static_cast<std::size_t>(rank)]);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+template <class E>
+bool failed_with(const Outcomes& outcomes, int rank) {
+  if (!outcomes[static_cast<std::size_t>(rank)]) return false;
+  try {
+    std::rethrow_exception(outcomes[static_cast<std::size_t>(rank)]);
+  } catch (const E&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // namespace antdt::test

@@ -1,0 +1,201 @@
+// Bootstrap: the wire format rejects garbage, unique ids round-trip, the TCP
+// rendezvous gathers every rank's bytes, and refuses peers without the secret.
+#include "core/bootstrap.hpp"
+#include "core/bootstrap_wire.hpp"
+#include "core/net.hpp"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+
+namespace antdt {
+namespace {
+
+Bytes bytes_of(std::string_view s) {
+  const auto* p = reinterpret_cast<const std::byte*>(s.data());
+  return Bytes(p, p + s.size());
+}
+
+TEST(BootstrapWire, RoundTripsEveryMessage) {
+  wire::Challenge c;
+  c.nonce[3] = std::byte{7};
+  EXPECT_EQ(wire::decode_challenge(wire::encode(c)).nonce, c.nonce);
+  wire::Hello h{5, 9, {}};
+  h.mac[31] = std::byte{1};
+  auto back = wire::decode_hello(wire::encode(h));
+  EXPECT_EQ(back.rank, 5u);
+  EXPECT_EQ(back.size, 9u);
+  EXPECT_EQ(back.mac, h.mac);
+  auto verdict = wire::encode(wire::Verdict{false, "because"});
+  auto [accepted, len] = wire::decode_verdict_head(std::span(verdict).first(wire::kVerdictHeadBytes));
+  EXPECT_FALSE(accepted);
+  EXPECT_EQ(len, 7u);
+  std::vector<Bytes> parts{bytes_of("a"), {}, bytes_of("xyz")};
+  EXPECT_EQ(wire::decode_gathered(wire::encode_gathered(parts), 3), parts);
+}
+
+TEST(BootstrapWire, RejectsGarbageWithClearErrors) {
+  auto hello = wire::encode(wire::Hello{1, 2, {}});
+  auto bad_magic = hello;
+  bad_magic[0] = std::byte{0};
+  EXPECT_THROW(wire::decode_hello(bad_magic), BootstrapError);
+  auto bad_version = hello;
+  bad_version[4] = std::byte{99};
+  try {
+    wire::decode_hello(bad_version);
+    FAIL() << "bad version accepted";
+  } catch (const BootstrapError& e) {
+    EXPECT_NE(std::string(e.what()).find("version"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(wire::decode_hello(std::span(hello).first(10)), BootstrapError);
+  EXPECT_THROW(wire::decode_challenge(hello), BootstrapError);  // wrong kind
+  auto huge = wire::encode_frame_head(wire::Kind::contribution, wire::kMaxFrameBytes + 1);
+  EXPECT_THROW(wire::decode_frame_head(wire::Kind::contribution, huge), BootstrapError);
+  auto gathered = wire::encode_gathered({bytes_of("abc")});
+  gathered[0] = std::byte{200};  // length overruns the frame
+  EXPECT_THROW(wire::decode_gathered(gathered, 1), BootstrapError);
+  EXPECT_THROW(wire::decode_gathered(wire::encode_gathered({bytes_of("a")}), 2), BootstrapError);
+}
+
+TEST(BootstrapWire, RandomBytesNeverCrashTheParsers) {
+  std::mt19937 rng(1234);
+  for (int i = 0; i < 20000; ++i) {
+    Bytes junk(rng() % 80);
+    for (auto& b : junk) b = static_cast<std::byte>(rng());
+    if (!junk.empty() && rng() % 2) {  // often start with a valid prefix to reach deeper checks
+      auto valid = wire::encode(wire::Hello{1, 2, {}});
+      std::copy_n(valid.begin(), std::min(junk.size(), std::size_t{6}), junk.begin());
+    }
+    try { wire::decode_hello(junk); } catch (const BootstrapError&) {}
+    try { wire::decode_challenge(junk); } catch (const BootstrapError&) {}
+    try { wire::decode_verdict_head(junk); } catch (const BootstrapError&) {}
+    try { wire::decode_frame_head(wire::Kind::gathered, junk); } catch (const BootstrapError&) {}
+    try { wire::decode_gathered(junk, rng() % 4); } catch (const BootstrapError&) {}
+  }
+}
+
+TEST(BootstrapWire, ProofDependsOnSecretNonceRankAndSize) {
+  std::array<std::byte, 16> secret{}, other{};
+  other[0] = std::byte{1};
+  wire::Challenge c;
+  wire::Hello h{1, 4, wire::prove(secret, c, 1, 4)};
+  EXPECT_TRUE(wire::verify(secret, c, h));
+  EXPECT_FALSE(wire::verify(other, c, h));
+  h.rank = 2;
+  EXPECT_FALSE(wire::verify(secret, c, h));
+  h.rank = 1;
+  c.nonce[0] = std::byte{9};
+  EXPECT_FALSE(wire::verify(secret, c, h));
+}
+
+TEST(UniqueIdTest, RoundTripsThroughHexAndDecodes) {
+  UniqueId id = UniqueId::create();
+  EXPECT_EQ(UniqueId::from_string(id.to_string()).bytes, id.bytes);
+  auto root = decode_unique_id(id);
+  EXPECT_NE(root.port, 0);
+  EXPECT_FALSE(root.host.empty());
+  EXPECT_THROW(decode_unique_id(UniqueId{}), BootstrapError);
+  EXPECT_THROW(UniqueId::from_string("abc"), InvalidArgument);
+  EXPECT_THROW(UniqueId::from_string(std::string(256, 'z')), InvalidArgument);
+  // Two ids never share a secret.
+  EXPECT_NE(decode_unique_id(UniqueId::create()).secret, root.secret);
+}
+
+TEST(TcpBootstrap, FourRanksGatherEveryContributionTwice) {
+  const int n = 4;
+  UniqueId id = UniqueId::create();
+  std::vector<std::vector<Bytes>> results(n);
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        auto boot = make_tcp_bootstrap(id, r, n, std::chrono::seconds(20));
+        boot->allgather(bytes_of("first-" + std::to_string(r)));
+        results[r] = boot->allgather(bytes_of(std::string(static_cast<std::size_t>(r) * 1000, 'x')));
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(errors[r], "") << "rank " << r;
+    ASSERT_EQ(results[r].size(), static_cast<std::size_t>(n));
+    for (int p = 0; p < n; ++p) EXPECT_EQ(results[r][p].size(), static_cast<std::size_t>(p) * 1000);
+  }
+}
+
+TEST(TcpBootstrap, PeerWithoutTheSecretIsRefusedAndGarbageIgnored) {
+  UniqueId id = UniqueId::create();
+  RootAddress forged = decode_unique_id(id);
+  forged.secret[0] ^= std::byte{0xff};
+  UniqueId wrong = encode_unique_id(forged);
+
+  std::string root_error, impostor_error, legit_error;
+  std::thread root([&] {
+    try {
+      auto boot = make_tcp_bootstrap(id, 0, 2, std::chrono::seconds(20));
+      boot->barrier();
+    } catch (const std::exception& e) {
+      root_error = e.what();
+    }
+  });
+  // A connection that speaks garbage, then one with the wrong secret: both refused.
+  {
+    auto addr = decode_unique_id(id);
+    auto fd = net::connect_to(net::Endpoint{addr.host, addr.port},
+                              std::chrono::steady_clock::now() + std::chrono::seconds(5));
+    Bytes junk(48, std::byte{0x41});
+    net::send_all(fd.get(), junk, std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  }
+  try {
+    make_tcp_bootstrap(wrong, 1, 2, std::chrono::seconds(5));
+  } catch (const BootstrapError& e) {
+    impostor_error = e.what();
+  }
+  EXPECT_NE(impostor_error.find("secret"), std::string::npos) << impostor_error;
+  // The real rank still gets in.
+  try {
+    auto boot = make_tcp_bootstrap(id, 1, 2, std::chrono::seconds(20));
+    boot->barrier();
+  } catch (const std::exception& e) {
+    legit_error = e.what();
+  }
+  root.join();
+  EXPECT_EQ(root_error, "");
+  EXPECT_EQ(legit_error, "");
+}
+
+TEST(TcpBootstrap, MissingRankIsATimeoutNamingIt) {
+  UniqueId id = UniqueId::create();
+  auto start = std::chrono::steady_clock::now();
+  try {
+    make_tcp_bootstrap(id, 0, 3, std::chrono::milliseconds(300));
+    FAIL() << "bootstrap without peers succeeded";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("missing ranks 1,2"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST(InprocBootstrapTest, GathersAcrossGenerations) {
+  const int n = 3;
+  auto rendezvous = std::make_shared<InprocRendezvous>(n, std::chrono::seconds(10));
+  std::vector<std::thread> threads;
+  std::vector<int> bad(n, 0);
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      InprocBootstrap boot(rendezvous, r);
+      for (int round = 0; round < 50; ++round) {
+        auto all = boot.allgather(bytes_of(std::to_string(round * 10 + r)));
+        for (int p = 0; p < n; ++p)
+          if (all[p] != bytes_of(std::to_string(round * 10 + p))) ++bad[r];
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(bad[r], 0);
+}
+
+}  // namespace
+}  // namespace antdt
