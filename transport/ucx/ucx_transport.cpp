@@ -1,0 +1,919 @@
+#include "transport/ucx/ucx_transport.hpp"
+
+#include "core/log.hpp"
+#include "transport/transport_checks.hpp"
+
+#include <ucp/api/ucp.h>
+
+#include <poll.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+
+namespace antdt::transport {
+
+namespace {
+
+// ---------------------------------------------------------------------------
+// Tag layout
+// ---------------------------------------------------------------------------
+constexpr unsigned kRankBits = 20;
+constexpr std::uint64_t kControlBit = std::uint64_t{1} << 63;
+constexpr std::uint64_t kFullMask = ~std::uint64_t{0};
+static_assert(kTagBits + kRankBits < 63, "user tag and source rank must stay clear of the control bit");
+constexpr int kMaxRanks = 1 << kRankBits;
+
+std::uint64_t data_tag(std::uint64_t tag, int source) noexcept {
+  return (tag << kRankBits) | static_cast<std::uint64_t>(source);
+}
+std::uint64_t control_tag(int source) noexcept { return kControlBit | static_cast<std::uint64_t>(source); }
+
+// ---------------------------------------------------------------------------
+// Bounds on every wait inside the transport
+// ---------------------------------------------------------------------------
+// A blocked wait wakes at least this often to re-check its deadline and aborts.
+constexpr auto kPollSlice = std::chrono::milliseconds(100);
+// How long cancel() waits for a send the peer has not matched before it closes
+// the endpoint (which ends every operation on it). After an abort nothing is
+// going to match any more, so it gives up sooner.
+constexpr auto kCancelBound = std::chrono::seconds(5);
+constexpr auto kCancelBoundAborted = std::chrono::milliseconds(200);
+// Closing: deliver what is in flight, then close the endpoints.
+constexpr auto kFlushBound = std::chrono::seconds(5);
+constexpr auto kFlushBoundAborted = std::chrono::milliseconds(500);
+constexpr auto kCloseBound = std::chrono::seconds(2);
+// ucp_worker_progress is called until it reports no events, but not forever.
+constexpr unsigned kMaxProgressRounds = 64;
+// Operation slots made up front; more are made only if more operations are pending at once.
+constexpr int kInitialSlotsPerPeer = 4;
+
+// ---------------------------------------------------------------------------
+// Abort control message: magic u32, version u16, reserved u16, origin i32,
+// status i32, reason length u32, reason bytes. Little-endian.
+// ---------------------------------------------------------------------------
+constexpr std::uint32_t kAbortMagic = 0x41445441;  // "ADTA"
+constexpr std::uint16_t kAbortVersion = 1;
+constexpr std::size_t kAbortFixedBytes = 20;
+constexpr std::size_t kAbortMaxBytes = kAbortFixedBytes + kMaxAbortReasonBytes;
+
+void put_u32(std::vector<std::byte>& out, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xff));
+}
+void put_u16(std::vector<std::byte>& out, std::uint16_t v) {
+  for (int i = 0; i < 2; ++i) out.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xff));
+}
+std::uint32_t get_u32(std::span<const std::byte> in, std::size_t at) {
+  std::uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= std::to_integer<std::uint32_t>(in[at + static_cast<std::size_t>(i)]) << (8 * i);
+  return v;
+}
+std::uint16_t get_u16(std::span<const std::byte> in, std::size_t at) {
+  return static_cast<std::uint16_t>(std::to_integer<std::uint16_t>(in[at]) |
+                                    (std::to_integer<std::uint16_t>(in[at + 1]) << 8));
+}
+
+// ---------------------------------------------------------------------------
+// RAII for UCP objects
+// ---------------------------------------------------------------------------
+struct ConfigDeleter {
+  void operator()(ucp_config_t* c) const noexcept { ucp_config_release(c); }
+};
+struct ContextDeleter {
+  void operator()(ucp_context_h c) const noexcept { ucp_cleanup(c); }
+};
+struct WorkerDeleter {
+  void operator()(ucp_worker_h w) const noexcept { ucp_worker_destroy(w); }
+};
+using ConfigPtr = std::unique_ptr<ucp_config_t, ConfigDeleter>;
+using ContextPtr = std::unique_ptr<std::remove_pointer_t<ucp_context_h>, ContextDeleter>;
+using WorkerPtr = std::unique_ptr<std::remove_pointer_t<ucp_worker_h>, WorkerDeleter>;
+
+void check_ucs(ucs_status_t status, std::string_view what) {
+  if (status != UCS_OK) raise<TransportError>("UCX: ", what, " failed: ", ucs_status_string(status));
+}
+
+bool all_finished(std::span<Completion* const> ops) noexcept {
+  return std::all_of(ops.begin(), ops.end(), [](const Completion* op) { return !op->pending(); });
+}
+
+bool is_peer_failure(ucs_status_t status) noexcept {
+  return status == UCS_ERR_CONNECTION_RESET || status == UCS_ERR_ENDPOINT_TIMEOUT ||
+         status == UCS_ERR_UNREACHABLE || status == UCS_ERR_REJECTED;
+}
+
+}  // namespace
+
+std::vector<std::byte> encode_abort_message(const AbortInfo& info) {
+  const std::string_view reason = std::string_view(info.reason).substr(0, kMaxAbortReasonBytes);
+  std::vector<std::byte> out;
+  out.reserve(kAbortFixedBytes + reason.size());
+  put_u32(out, kAbortMagic);
+  put_u16(out, kAbortVersion);
+  put_u16(out, 0);
+  put_u32(out, static_cast<std::uint32_t>(info.origin_rank));
+  put_u32(out, static_cast<std::uint32_t>(info.status));
+  put_u32(out, static_cast<std::uint32_t>(reason.size()));
+  for (char c : reason) out.push_back(static_cast<std::byte>(c));
+  return out;
+}
+
+std::optional<AbortInfo> decode_abort_message(std::span<const std::byte> bytes, int size) {
+  if (bytes.size() < kAbortFixedBytes) return std::nullopt;
+  if (get_u32(bytes, 0) != kAbortMagic || get_u16(bytes, 4) != kAbortVersion || get_u16(bytes, 6) != 0) {
+    return std::nullopt;
+  }
+  const auto origin = static_cast<std::int32_t>(get_u32(bytes, 8));
+  const auto status = static_cast<std::int32_t>(get_u32(bytes, 12));
+  const std::uint32_t reason_bytes = get_u32(bytes, 16);
+  if (origin < 0 || origin >= size) return std::nullopt;
+  if (reason_bytes > kMaxAbortReasonBytes || bytes.size() != kAbortFixedBytes + reason_bytes) return std::nullopt;
+  AbortInfo info;
+  info.origin_rank = origin;
+  info.status = status;
+  info.reason.resize(reason_bytes);
+  for (std::size_t i = 0; i < reason_bytes; ++i) {
+    info.reason[i] = static_cast<char>(std::to_integer<unsigned char>(bytes[kAbortFixedBytes + i]));
+  }
+  return info;
+}
+
+class UcxTransport final : public Transport {
+ public:
+  UcxTransport(Bootstrap& boot, const Config& cfg);
+  ~UcxTransport() override { close(); }
+  UcxTransport(const UcxTransport&) = delete;
+  UcxTransport& operator=(const UcxTransport&) = delete;
+
+  int rank() const noexcept override { return rank_; }
+  int size() const noexcept override { return size_; }
+  std::string_view name() const noexcept override { return "ucx"; }
+
+  void post_send(int peer, std::uint64_t tag, std::span<const std::byte> payload, Completion& done) override;
+  void post_recv(int peer, std::uint64_t tag, std::span<std::byte> payload, Completion& done) override;
+  WaitResult wait(std::span<Completion* const> ops, Deadline deadline) override;
+  void progress() override;
+  void cancel(Completion& op) override;
+  void abort(int status, std::string_view reason) noexcept override;
+  std::optional<AbortInfo> abort_info() const override;
+
+ private:
+  // One posted operation while UCX holds it. Slots live in a deque (stable
+  // addresses) and are recycled through a free list: posting does not allocate.
+  struct OpSlot {
+    UcxTransport* owner = nullptr;
+    Completion* done = nullptr;  // null once detached (the caller no longer waits for it)
+    void* request = nullptr;     // the UCX request while one is outstanding
+    std::array<ucp_dt_iov_t, 2> iov{};  // [header, payload]; UCX reads it until completion
+    ucp_tag_recv_info_t info{};
+    std::uint64_t tag = 0;
+    std::size_t capacity = 0;  // receive: payload bytes the buffer holds
+    int peer = -1;
+    bool is_recv = false;
+    bool cancel_requested = false;
+    OpSlot* prev = nullptr;  // in the active list
+    OpSlot* next = nullptr;  // in the active list, or the free list
+  };
+
+  struct Peer {
+    UcxTransport* owner = nullptr;
+    int rank = -1;
+    ucp_ep_h ep = nullptr;
+    bool failed = false;
+    bool failure_handled = false;
+    std::string failure;  // "peer rank N failed: ..."
+  };
+
+  // Holds the worker for this thread; on release, sends abort messages that
+  // another thread asked for while the worker was held.
+  class WorkerLock {
+   public:
+    explicit WorkerLock(UcxTransport& t) : t_(t) {
+      t_.worker_mu_.lock();
+      t_.holder_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    }
+    ~WorkerLock() {
+      t_.holder_.store(std::thread::id{}, std::memory_order_relaxed);
+      t_.worker_mu_.unlock();
+      t_.drain_abort_sends();
+    }
+    WorkerLock(const WorkerLock&) = delete;
+    WorkerLock& operator=(const WorkerLock&) = delete;
+
+   private:
+    UcxTransport& t_;
+  };
+
+  static void on_send_done(void* request, ucs_status_t status, void* user_data);
+  static void on_recv_done(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data);
+  static void on_control_recv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data);
+  static void on_control_sent(void* request, ucs_status_t status, void* user_data);
+  static void on_peer_error(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+  OpSlot& acquire_slot();
+  void release_slot(OpSlot& slot) noexcept;
+  void finish_send(OpSlot& slot, ucs_status_t status);
+  void finish_recv(OpSlot& slot, ucs_status_t status, std::size_t length);
+  void end(Completion& op, State state, std::string error = {});
+
+  unsigned drive();
+  void handle_events();
+  void block(Deadline deadline, Clock::time_point now);
+  bool progress_until(const Completion& op, Deadline until);
+  bool progress_until_complete(void* request, Deadline until);
+  void post_control_recv();
+  void handle_control_message(ucs_status_t status, std::size_t length);
+  void send_abort_messages();
+  void drain_abort_sends() noexcept;
+  void handle_peer_failures();
+  void close_endpoint(Peer& peer, bool force);
+  void fail_peer(int rank, std::string failure);
+  void record_abort(const AbortInfo& info);
+  bool aborted() const noexcept { return aborted_.load(std::memory_order_acquire); }
+  void close() noexcept;
+
+  int rank_;
+  int size_;
+  ProgressMode progress_mode_;
+  std::chrono::microseconds spin_;
+
+  // Declaration order is destruction order in reverse: the worker goes before
+  // the context, and before the slots its callbacks point into.
+  ContextPtr context_;
+  std::deque<OpSlot> slots_;
+  OpSlot* free_slots_ = nullptr;
+  OpSlot* active_slots_ = nullptr;
+  std::vector<Peer> peers_;
+  std::vector<void*> closing_requests_;  // endpoint closes still in flight
+
+  // Control traffic.
+  std::array<std::byte, kAbortMaxBytes> control_rx_{};
+  ucp_tag_recv_info_t control_rx_info_{};
+  void* control_rx_request_ = nullptr;
+  bool control_rx_ready_ = false;
+  ucs_status_t control_rx_status_ = UCS_OK;
+  std::size_t control_rx_length_ = 0;
+  std::vector<std::byte> control_tx_;
+  int control_sends_in_flight_ = 0;
+  bool abort_sent_ = false;
+  bool peer_failure_pending_ = false;
+  bool closing_ = false;
+
+  // Abort state, shared with other threads.
+  std::atomic<bool> aborted_{false};
+  std::atomic<bool> control_send_pending_{false};
+  mutable std::mutex abort_mu_;
+  std::optional<AbortInfo> abort_info_;   // first seen, local or remote
+  std::optional<AbortInfo> local_abort_;  // this rank's own abort()
+
+  std::mutex worker_mu_;
+  std::atomic<std::thread::id> holder_{};
+  WorkerPtr worker_;
+  int event_fd_ = -1;
+};
+
+// ---------------------------------------------------------------------------
+// Setup
+// ---------------------------------------------------------------------------
+UcxTransport::UcxTransport(Bootstrap& boot, const Config& cfg)
+    : rank_(boot.rank()),
+      size_(boot.size()),
+      progress_mode_(cfg.progress),
+      spin_(cfg.spin_before_sleep) {
+  ANTDT_CHECK_ARG(size_ >= 1 && size_ <= kMaxRanks, "make_ucx_transport: group size ", size_, " is outside [1, ",
+                  kMaxRanks, "]");
+  check_peer(rank_, size_, "make_ucx_transport");
+
+  // UCX_* environment variables (UCX_TLS, UCX_NET_DEVICES, ...) are read here by UCX itself.
+  ucp_config_t* raw_config = nullptr;
+  check_ucs(ucp_config_read(nullptr, nullptr, &raw_config), "ucp_config_read");
+  ConfigPtr config(raw_config);
+
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  params.mt_workers_shared = 0;
+  params.estimated_num_eps = static_cast<std::size_t>(size_);
+  ucp_context_h raw_context = nullptr;
+  check_ucs(ucp_init(&params, config.get(), &raw_context), "ucp_init");
+  context_.reset(raw_context);
+
+  // SERIALIZED: whichever thread holds worker_mu_ may drive the worker.
+  ucp_worker_params_t worker_params{};
+  worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  worker_params.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+  ucp_worker_h raw_worker = nullptr;
+  check_ucs(ucp_worker_create(context_.get(), &worker_params, &raw_worker), "ucp_worker_create");
+  worker_.reset(raw_worker);
+  check_ucs(ucp_worker_get_efd(worker_.get(), &event_fd_), "ucp_worker_get_efd");
+
+  Bytes my_address;
+  {
+    ucp_address_t* address = nullptr;
+    std::size_t address_bytes = 0;
+    check_ucs(ucp_worker_get_address(worker_.get(), &address, &address_bytes), "ucp_worker_get_address");
+    const auto* first = reinterpret_cast<const std::byte*>(address);
+    my_address.assign(first, first + address_bytes);
+    ucp_worker_release_address(worker_.get(), address);
+  }
+  const std::vector<Bytes> addresses = boot.allgather(my_address);
+  if (addresses.size() != static_cast<std::size_t>(size_)) {
+    raise<TransportError>("UCX: the address exchange returned ", addresses.size(), " addresses for ", size_,
+                          " ranks");
+  }
+
+  for (int i = 0; i < size_ * kInitialSlotsPerPeer; ++i) release_slot(slots_.emplace_back());
+
+  peers_.resize(static_cast<std::size_t>(size_));
+  for (int r = 0; r < size_; ++r) {
+    Peer& peer = peers_[static_cast<std::size_t>(r)];
+    peer.owner = this;
+    peer.rank = r;
+    const Bytes& address = addresses[static_cast<std::size_t>(r)];
+    if (address.empty()) raise<TransportError>("UCX: rank ", r, " sent an empty worker address");
+    ucp_ep_params_t ep_params{};
+    ep_params.field_mask =
+        UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep_params.address = reinterpret_cast<const ucp_address_t*>(address.data());
+    ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep_params.err_handler.cb = &UcxTransport::on_peer_error;
+    ep_params.err_handler.arg = &peer;
+    const ucs_status_t status = ucp_ep_create(worker_.get(), &ep_params, &peer.ep);
+    if (status != UCS_OK) {
+      raise<TransportError>("UCX: creating the endpoint to peer rank ", r, " failed: ", ucs_status_string(status));
+    }
+  }
+
+  WorkerLock lock(*this);
+  post_control_recv();
+  ANTDT_INFO("ucx transport: rank ", rank_, " of ", size_, " ready (worker address ", my_address.size(),
+             " bytes)");
+}
+
+// ---------------------------------------------------------------------------
+// Slots and completions
+// ---------------------------------------------------------------------------
+UcxTransport::OpSlot& UcxTransport::acquire_slot() {
+  OpSlot* slot = free_slots_;
+  if (slot == nullptr) {
+    slot = &slots_.emplace_back();
+  } else {
+    free_slots_ = slot->next;
+  }
+  *slot = OpSlot{};
+  slot->owner = this;
+  slot->next = active_slots_;
+  if (active_slots_ != nullptr) active_slots_->prev = slot;
+  active_slots_ = slot;
+  return *slot;
+}
+
+void UcxTransport::release_slot(OpSlot& slot) noexcept {
+  if (slot.owner != nullptr) {  // unlink from the active list
+    if (slot.prev != nullptr) slot.prev->next = slot.next;
+    if (slot.next != nullptr) slot.next->prev = slot.prev;
+    if (active_slots_ == &slot) active_slots_ = slot.next;
+  }
+  slot.owner = nullptr;
+  slot.done = nullptr;
+  slot.prev = nullptr;
+  slot.next = free_slots_;
+  free_slots_ = &slot;
+}
+
+void UcxTransport::end(Completion& op, State state, std::string error) {
+  if (state == State::failed) op.error = std::move(error);
+  op.handle = nullptr;
+  op.state.store(state, std::memory_order_release);
+}
+
+void UcxTransport::finish_send(OpSlot& slot, ucs_status_t status) {
+  if (Completion* op = slot.done) {
+    const Peer& peer = peers_[static_cast<std::size_t>(slot.peer)];
+    if (status == UCS_OK) {
+      end(*op, State::done);
+    } else if (slot.cancel_requested) {
+      end(*op, State::cancelled);
+    } else if (peer.failed) {
+      end(*op, State::failed, cat("send to rank ", slot.peer, " with tag ", slot.tag, " failed: ", peer.failure));
+    } else if (is_peer_failure(status)) {
+      end(*op, State::failed,
+          cat("send to rank ", slot.peer, " with tag ", slot.tag, " failed: peer rank ", slot.peer,
+              " failed: ", ucs_status_string(status)));
+    } else {
+      end(*op, State::failed,
+          cat("send to rank ", slot.peer, " with tag ", slot.tag, " failed: ", ucs_status_string(status)));
+    }
+  }
+  release_slot(slot);
+}
+
+void UcxTransport::finish_recv(OpSlot& slot, ucs_status_t status, std::size_t length) {
+  if (Completion* op = slot.done) {
+    const Peer& peer = peers_[static_cast<std::size_t>(slot.peer)];
+    if (status == UCS_OK) {
+      if (length < sizeof(MessageHeader)) {
+        end(*op, State::failed,
+            cat("message from rank ", slot.peer, " with tag ", slot.tag, " has ", length,
+                " bytes, less than a message header (", sizeof(MessageHeader), ")"));
+      } else {
+        op->received_bytes = length - sizeof(MessageHeader);
+        end(*op, State::done);
+      }
+    } else if (status == UCS_ERR_MESSAGE_TRUNCATED) {
+      const std::string incoming = length > slot.capacity + sizeof(MessageHeader)
+                                       ? cat(length - sizeof(MessageHeader), " payload bytes")
+                                       : std::string("a longer payload");
+      end(*op, State::failed, truncation_error(slot.peer, slot.tag, slot.capacity, incoming));
+    } else if (peer.failed) {
+      end(*op, State::failed, cat("receive from rank ", slot.peer, " with tag ", slot.tag, " failed: ", peer.failure));
+    } else if (status == UCS_ERR_CANCELED) {
+      end(*op, State::cancelled);
+    } else {
+      end(*op, State::failed,
+          cat("receive from rank ", slot.peer, " with tag ", slot.tag, " failed: ", ucs_status_string(status)));
+    }
+  }
+  release_slot(slot);
+}
+
+void UcxTransport::on_send_done(void* request, ucs_status_t status, void* user_data) {
+  auto* slot = static_cast<OpSlot*>(user_data);
+  ucp_request_free(request);
+  slot->request = nullptr;
+  slot->owner->finish_send(*slot, status);
+}
+
+void UcxTransport::on_recv_done(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
+                                void* user_data) {
+  auto* slot = static_cast<OpSlot*>(user_data);
+  ucp_request_free(request);
+  slot->request = nullptr;
+  slot->owner->finish_recv(*slot, status, info != nullptr ? info->length : 0);
+}
+
+// ---------------------------------------------------------------------------
+// Posting
+// ---------------------------------------------------------------------------
+void UcxTransport::post_send(int peer, std::uint64_t tag, std::span<const std::byte> payload, Completion& done) {
+  check_peer(peer, size_, "post_send");
+  check_tag(tag, "post_send");
+  done.reset();
+  WorkerLock lock(*this);
+  Peer& target = peers_[static_cast<std::size_t>(peer)];
+  if (target.failed || target.ep == nullptr) {
+    end(done, State::failed, cat("send to rank ", peer, " with tag ", tag, " failed: ", target.failure));
+    return;
+  }
+  OpSlot& slot = acquire_slot();
+  slot.done = &done;
+  slot.peer = peer;
+  slot.tag = tag;
+  slot.iov[0] = {&done.header, sizeof(MessageHeader)};
+  // UCX's IOV type has no const variant; a send only reads the payload.
+  slot.iov[1] = {const_cast<std::byte*>(payload.data()), payload.size()};
+
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+  param.cb.send = &UcxTransport::on_send_done;
+  param.user_data = &slot;
+  param.datatype = ucp_dt_make_iov();
+  const std::size_t entries = payload.empty() ? 1 : 2;
+  void* request = ucp_tag_send_nbx(target.ep, slot.iov.data(), entries, data_tag(tag, rank_), &param);
+  if (request == nullptr) {
+    finish_send(slot, UCS_OK);
+  } else if (UCS_PTR_IS_ERR(request)) {
+    finish_send(slot, UCS_PTR_STATUS(request));
+  } else {
+    slot.request = request;
+    done.handle = &slot;
+  }
+}
+
+void UcxTransport::post_recv(int peer, std::uint64_t tag, std::span<std::byte> payload, Completion& done) {
+  check_peer(peer, size_, "post_recv");
+  check_tag(tag, "post_recv");
+  done.reset();
+  WorkerLock lock(*this);
+  OpSlot& slot = acquire_slot();
+  slot.done = &done;
+  slot.peer = peer;
+  slot.tag = tag;
+  slot.is_recv = true;
+  slot.capacity = payload.size();
+  slot.iov[0] = {&done.header, sizeof(MessageHeader)};
+  slot.iov[1] = {payload.data(), payload.size()};
+
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE |
+                       UCP_OP_ATTR_FIELD_RECV_INFO;
+  param.cb.recv = &UcxTransport::on_recv_done;
+  param.user_data = &slot;
+  param.datatype = ucp_dt_make_iov();
+  param.recv_info.tag_info = &slot.info;
+  const std::size_t entries = payload.empty() ? 1 : 2;
+  void* request = ucp_tag_recv_nbx(worker_.get(), slot.iov.data(), entries, data_tag(tag, peer), kFullMask, &param);
+  if (request == nullptr) {
+    finish_recv(slot, UCS_OK, slot.info.length);
+  } else if (UCS_PTR_IS_ERR(request)) {
+    finish_recv(slot, UCS_PTR_STATUS(request), slot.info.length);
+  } else {
+    slot.request = request;
+    done.handle = &slot;
+    // A message the dead peer sent before it failed has matched above; nothing more will come.
+    if (peers_[static_cast<std::size_t>(peer)].failed) ucp_request_cancel(worker_.get(), request);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Progress and waiting
+// ---------------------------------------------------------------------------
+unsigned UcxTransport::drive() {
+  unsigned events = 0;
+  for (unsigned round = 0; round < kMaxProgressRounds; ++round) {
+    const unsigned n = ucp_worker_progress(worker_.get());
+    events += n;
+    if (n == 0) break;
+  }
+  handle_events();
+  return events;
+}
+
+void UcxTransport::handle_events() {
+  if (peer_failure_pending_) handle_peer_failures();
+  if (control_rx_ready_) {
+    control_rx_ready_ = false;
+    handle_control_message(control_rx_status_, control_rx_length_);
+    post_control_recv();
+  }
+  if (control_send_pending_.exchange(false, std::memory_order_acq_rel)) send_abort_messages();
+}
+
+void UcxTransport::block(Deadline deadline, Clock::time_point now) {
+  // Arming fails with BUSY while events are unprocessed; the caller progresses and comes back.
+  const ucs_status_t armed = ucp_worker_arm(worker_.get());
+  if (armed == UCS_ERR_BUSY) return;
+  check_ucs(armed, "ucp_worker_arm");
+  const auto slice = std::min<Clock::duration>(deadline - now, kPollSlice);
+  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(slice).count();
+  pollfd fd{event_fd_, POLLIN, 0};
+  if (::poll(&fd, 1, static_cast<int>(std::max<std::int64_t>(ms, 1))) < 0 && errno != EINTR) {
+    raise<TransportError>("UCX: poll on the worker's event descriptor failed: ", std::strerror(errno));
+  }
+}
+
+WaitResult UcxTransport::wait(std::span<Completion* const> ops, Deadline deadline) {
+  for (const Completion* op : ops) ANTDT_CHECK_ARG(op != nullptr, "wait: null operation in the list");
+  WorkerLock lock(*this);
+  const auto start = Clock::now();
+  const Deadline spin_end = progress_mode_ == ProgressMode::spin   ? Deadline::max()
+                            : progress_mode_ == ProgressMode::wake ? start
+                                                                   : start + spin_;
+  for (;;) {
+    const unsigned events = drive();
+    if (all_finished(ops)) return WaitResult::done;
+    if (aborted()) return WaitResult::aborted;
+    const auto now = Clock::now();
+    if (now >= deadline) return WaitResult::timeout;
+    if (events > 0 || now < spin_end) continue;
+    block(deadline, now);
+  }
+}
+
+void UcxTransport::progress() {
+  WorkerLock lock(*this);
+  drive();
+}
+
+bool UcxTransport::progress_until(const Completion& op, Deadline until) {
+  while (op.pending()) {
+    drive();
+    if (!op.pending()) break;
+    const auto now = Clock::now();
+    if (now >= until) return false;
+    block(until, now);
+  }
+  return true;
+}
+
+bool UcxTransport::progress_until_complete(void* request, Deadline until) {
+  while (ucp_request_check_status(request) == UCS_INPROGRESS) {
+    drive();
+    if (ucp_request_check_status(request) != UCS_INPROGRESS) break;
+    const auto now = Clock::now();
+    if (now >= until) return false;
+    block(until, now);
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------
+// Cancel
+// ---------------------------------------------------------------------------
+void UcxTransport::cancel(Completion& op) {
+  if (!op.pending()) return;
+  WorkerLock lock(*this);
+  auto* slot = static_cast<OpSlot*>(op.handle);
+  if (slot == nullptr) {  // never posted
+    end(op, State::cancelled);
+    return;
+  }
+  slot->cancel_requested = true;
+  // A receive not yet matched ends here and now; a send (or a matched receive
+  // still transferring) runs to its end, which progress drives.
+  if (slot->request != nullptr) ucp_request_cancel(worker_.get(), slot->request);
+  const auto bound = aborted() ? std::chrono::duration_cast<Clock::duration>(kCancelBoundAborted)
+                               : std::chrono::duration_cast<Clock::duration>(kCancelBound);
+  if (progress_until(op, Clock::now() + bound)) return;
+
+  // The peer did not take the message: closing the endpoint is the only way
+  // to make UCX let go of the buffer. It ends every operation to that peer.
+  const int peer = slot->peer;
+  fail_peer(peer, cat("peer rank ", peer, " failed: its endpoint was closed because an operation with it could not "
+                                          "be cancelled within ",
+                      std::chrono::duration_cast<std::chrono::milliseconds>(bound).count(), " ms"));
+  if (progress_until(op, Clock::now() + kCloseBound)) return;
+
+  log::write(LogLevel::error, cat("ucx transport: rank ", rank_, ": an operation with rank ", peer,
+                                  " did not end after its endpoint was closed; abandoning it"));
+  slot->done = nullptr;
+  end(op, State::cancelled);
+}
+
+// ---------------------------------------------------------------------------
+// Peer failures
+// ---------------------------------------------------------------------------
+void UcxTransport::on_peer_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  auto* peer = static_cast<Peer*>(arg);
+  if (peer->failed) return;
+  peer->failed = true;
+  peer->failure = cat("peer rank ", peer->rank, " failed: ", ucs_status_string(status));
+  peer->owner->peer_failure_pending_ = true;
+  log::write(LogLevel::warn, cat("ucx transport: rank ", peer->owner->rank_, ": ", peer->failure));
+}
+
+void UcxTransport::fail_peer(int rank, std::string failure) {
+  Peer& peer = peers_[static_cast<std::size_t>(rank)];
+  if (!peer.failed) {
+    peer.failed = true;
+    peer.failure = std::move(failure);
+    log::write(LogLevel::warn, cat("ucx transport: rank ", rank_, ": ", peer.failure));
+  }
+  peer_failure_pending_ = true;
+  handle_peer_failures();
+}
+
+void UcxTransport::close_endpoint(Peer& peer, bool force) {
+  if (peer.ep == nullptr) return;
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  ucp_ep_h ep = std::exchange(peer.ep, nullptr);
+  void* request = ucp_ep_close_nbx(ep, &param);
+  if (UCS_PTR_IS_PTR(request) && request != nullptr) {
+    closing_requests_.push_back(request);
+  } else if (UCS_PTR_IS_ERR(request) && !force) {
+    ANTDT_INFO("ucx transport: rank ", rank_, ": closing the endpoint to rank ", peer.rank, ": ",
+               ucs_status_string(UCS_PTR_STATUS(request)));
+  }
+}
+
+void UcxTransport::handle_peer_failures() {
+  peer_failure_pending_ = false;
+  for (Peer& peer : peers_) {
+    if (!peer.failed || peer.failure_handled) continue;
+    peer.failure_handled = true;
+    // UCX wants a failed endpoint closed by force; that also ends our sends to it.
+    close_endpoint(peer, /*force=*/true);
+    // Receives are not tied to an endpoint: end the ones waiting for this peer.
+    for (OpSlot* slot = active_slots_; slot != nullptr;) {
+      OpSlot* next = slot->next;  // cancelling may complete (and recycle) this slot right away
+      if (slot->is_recv && slot->peer == peer.rank && slot->request != nullptr) {
+        ucp_request_cancel(worker_.get(), slot->request);
+      }
+      slot = next;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Abort
+// ---------------------------------------------------------------------------
+void UcxTransport::record_abort(const AbortInfo& info) {
+  bool first = false;
+  {
+    std::lock_guard guard(abort_mu_);
+    if (!abort_info_) {
+      abort_info_ = info;
+      first = true;
+    }
+    aborted_.store(true, std::memory_order_release);
+  }
+  if (first) {
+    ANTDT_INFO("ucx transport: rank ", rank_, " saw an abort from rank ", info.origin_rank, " (status ",
+               info.status, "): ", info.reason);
+  }
+}
+
+void UcxTransport::abort(int status, std::string_view reason) noexcept {
+  try {
+    {
+      std::lock_guard guard(abort_mu_);
+      if (local_abort_) return;  // idempotent: the first call wins
+      local_abort_ = AbortInfo{rank_, status, cut_reason(reason)};
+    }
+    record_abort(*local_abort_);
+  } catch (...) {
+    // No memory for the reason: still stop every wait here.
+    aborted_.store(true, std::memory_order_release);
+    return;
+  }
+  control_send_pending_.store(true, std::memory_order_release);
+  if (holder_.load(std::memory_order_relaxed) == std::this_thread::get_id()) return;  // our own holder sends
+  if (worker_mu_.try_lock()) {
+    holder_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    try {
+      if (control_send_pending_.exchange(false, std::memory_order_acq_rel)) send_abort_messages();
+    } catch (const std::exception& e) {
+      log::write(LogLevel::error, cat("ucx transport: sending abort messages failed: ", e.what()));
+    }
+    holder_.store(std::thread::id{}, std::memory_order_relaxed);
+    worker_mu_.unlock();
+  } else {
+    // Another thread holds the worker, maybe blocked in poll(): wake it; it sends.
+    ucp_worker_signal(worker_.get());
+  }
+}
+
+void UcxTransport::drain_abort_sends() noexcept {
+  while (control_send_pending_.load(std::memory_order_acquire) && worker_mu_.try_lock()) {
+    holder_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    try {
+      if (control_send_pending_.exchange(false, std::memory_order_acq_rel)) send_abort_messages();
+    } catch (const std::exception& e) {
+      log::write(LogLevel::error, cat("ucx transport: sending abort messages failed: ", e.what()));
+    }
+    holder_.store(std::thread::id{}, std::memory_order_relaxed);
+    worker_mu_.unlock();
+  }
+}
+
+void UcxTransport::send_abort_messages() {
+  if (abort_sent_) return;
+  abort_sent_ = true;
+  {
+    std::lock_guard guard(abort_mu_);
+    if (!local_abort_) return;
+    control_tx_ = encode_abort_message(*local_abort_);
+  }
+  // Best effort and non-blocking: the sends complete whenever the worker is driven next.
+  for (Peer& peer : peers_) {
+    if (peer.rank == rank_ || peer.failed || peer.ep == nullptr) continue;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+    param.cb.send = &UcxTransport::on_control_sent;
+    param.user_data = this;
+    param.datatype = ucp_dt_make_contig(1);
+    void* request = ucp_tag_send_nbx(peer.ep, control_tx_.data(), control_tx_.size(), control_tag(rank_), &param);
+    if (UCS_PTR_IS_ERR(request)) {
+      log::write(LogLevel::warn, cat("ucx transport: rank ", rank_, ": abort message to rank ", peer.rank,
+                                     " failed: ", ucs_status_string(UCS_PTR_STATUS(request))));
+    } else if (request != nullptr) {
+      ++control_sends_in_flight_;
+    }
+  }
+}
+
+void UcxTransport::on_control_sent(void* request, ucs_status_t /*status*/, void* user_data) {
+  ucp_request_free(request);
+  --static_cast<UcxTransport*>(user_data)->control_sends_in_flight_;
+}
+
+void UcxTransport::on_control_recv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
+                                   void* user_data) {
+  auto* self = static_cast<UcxTransport*>(user_data);
+  ucp_request_free(request);
+  self->control_rx_request_ = nullptr;
+  self->control_rx_status_ = status;
+  self->control_rx_length_ = info != nullptr ? info->length : 0;
+  // Parsed and re-posted by handle_events(), outside UCX's callback.
+  self->control_rx_ready_ = true;
+}
+
+void UcxTransport::post_control_recv() {
+  while (!closing_ && control_rx_request_ == nullptr) {
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE |
+                         UCP_OP_ATTR_FIELD_RECV_INFO;
+    param.cb.recv = &UcxTransport::on_control_recv;
+    param.user_data = this;
+    param.datatype = ucp_dt_make_contig(1);
+    param.recv_info.tag_info = &control_rx_info_;
+    void* request =
+        ucp_tag_recv_nbx(worker_.get(), control_rx_.data(), control_rx_.size(), kControlBit, kControlBit, &param);
+    if (request == nullptr) {
+      handle_control_message(UCS_OK, control_rx_info_.length);
+    } else if (UCS_PTR_IS_ERR(request)) {
+      handle_control_message(UCS_PTR_STATUS(request), 0);
+      if (UCS_PTR_STATUS(request) != UCS_ERR_MESSAGE_TRUNCATED) {
+        raise<TransportError>("UCX: posting the control receive failed: ",
+                              ucs_status_string(UCS_PTR_STATUS(request)));
+      }
+    } else {
+      control_rx_request_ = request;
+    }
+  }
+}
+
+void UcxTransport::handle_control_message(ucs_status_t status, std::size_t length) {
+  if (status == UCS_ERR_CANCELED) return;
+  if (status != UCS_OK) {
+    log::write(LogLevel::warn, cat("ucx transport: rank ", rank_, ": dropped a control message: ",
+                                   ucs_status_string(status)));
+    return;
+  }
+  const auto bytes = std::span<const std::byte>(control_rx_.data(), std::min(length, control_rx_.size()));
+  if (auto info = decode_abort_message(bytes, size_)) {
+    record_abort(*info);
+  } else {
+    log::write(LogLevel::warn, cat("ucx transport: rank ", rank_, ": dropped a malformed control message of ",
+                                   length, " bytes"));
+  }
+}
+
+std::optional<AbortInfo> UcxTransport::abort_info() const {
+  std::lock_guard guard(abort_mu_);
+  if (abort_info_) return abort_info_;
+  if (aborted()) return AbortInfo{rank_, static_cast<int>(Status::aborted), {}};
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------
+// Teardown: deliver what is in flight (bounded), then close every endpoint
+// (gracefully where the flush worked, by force where a peer is gone).
+// ---------------------------------------------------------------------------
+void UcxTransport::close() noexcept {
+  try {
+    WorkerLock lock(*this);
+    handle_events();  // abort messages asked for but not sent yet
+    closing_ = true;
+    if (control_rx_request_ != nullptr) ucp_request_cancel(worker_.get(), control_rx_request_);
+    control_rx_ready_ = false;
+    for (OpSlot* slot = active_slots_; slot != nullptr;) {
+      OpSlot* next = slot->next;
+      if (slot->is_recv && slot->request != nullptr) {
+        slot->cancel_requested = true;
+        ucp_request_cancel(worker_.get(), slot->request);
+      }
+      slot = next;
+    }
+
+    const auto flush_bound = aborted() ? std::chrono::duration_cast<Clock::duration>(kFlushBoundAborted)
+                                       : std::chrono::duration_cast<Clock::duration>(kFlushBound);
+    bool flushed = true;
+    ucp_request_param_t flush_param{};
+    void* flush = ucp_worker_flush_nbx(worker_.get(), &flush_param);
+    if (UCS_PTR_IS_ERR(flush)) {
+      flushed = false;
+    } else if (flush != nullptr) {
+      flushed = progress_until_complete(flush, Clock::now() + flush_bound) &&
+                ucp_request_check_status(flush) == UCS_OK;
+      ucp_request_free(flush);
+    }
+    if (!flushed) {
+      ANTDT_INFO("ucx transport: rank ", rank_, ": messages still in flight after ",
+                 std::chrono::duration_cast<std::chrono::milliseconds>(flush_bound).count(),
+                 " ms; closing endpoints by force");
+    }
+
+    for (Peer& peer : peers_) close_endpoint(peer, /*force=*/!flushed || peer.failed);
+    const Deadline close_until = Clock::now() + kCloseBound;
+    for (void* request : closing_requests_) progress_until_complete(request, close_until);
+    for (void* request : closing_requests_) ucp_request_free(request);
+    closing_requests_.clear();
+
+    // Whatever is still pending now never completes: tell its owner.
+    for (OpSlot* slot = active_slots_; slot != nullptr; slot = slot->next) {
+      if (slot->done != nullptr) {
+        end(*slot->done, State::cancelled);
+        slot->done = nullptr;
+      }
+    }
+  } catch (const std::exception& e) {
+    log::write(LogLevel::error, cat("ucx transport: closing rank ", rank_, " failed: ", e.what()));
+  }
+}
+
+std::unique_ptr<Transport> make_ucx_transport(Bootstrap& boot, const Config& cfg) {
+  return std::make_unique<UcxTransport>(boot, cfg);
+}
+
+}  // namespace antdt::transport
