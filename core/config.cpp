@@ -1,0 +1,404 @@
+// Parsing and validation of every ANTDT_* variable (see core/config.hpp and
+// docs/configuration.md), plus the launchers' rank variables.
+#include "core/config.hpp"
+
+#include "core/error.hpp"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cctype>
+#include <charconv>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <utility>
+
+namespace antdt {
+namespace {
+
+constexpr long long kMaxTimeoutMs = 86'400'000;  // one day
+constexpr long long kMaxSpinUs = 1'000'000;
+constexpr long long kMinChunkBytes = 4LL << 10;
+constexpr long long kMaxChunkBytes = 1LL << 30;
+constexpr std::size_t kSecretHexDigits = 32;
+
+std::string_view trim(std::string_view s) {
+  const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; };
+  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+std::string to_lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// The value as it appears in an error message: control characters escaped so a
+// stray byte cannot garble the terminal or the log.
+std::string printable(std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 0xf];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+[[noreturn]] void invalid(std::string_view name, std::string_view value, std::string_view expected) {
+  raise<ConfigError>(name, "='", printable(value), "' is invalid: expected ", expected);
+}
+
+// A whole decimal integer (optional leading '-'), nothing else; nullopt when
+// malformed or out of the range of long long.
+std::optional<long long> parse_decimal(std::string_view text) {
+  if (text.empty()) return std::nullopt;
+  long long value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, 10);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+// Reads one variable through the lookup; empty (or blank) counts as unset.
+class Reader {
+ public:
+  explicit Reader(const Config::Lookup& lookup) : lookup_(lookup) {}
+
+  std::optional<std::string> get(std::string_view name) const {
+    auto raw = lookup_(name);
+    if (!raw) return std::nullopt;
+    const std::string_view trimmed = trim(*raw);
+    if (trimmed.empty()) return std::nullopt;
+    return std::string(trimmed);
+  }
+
+  std::optional<long long> integer(std::string_view name, long long lo, long long hi, std::string_view unit) const {
+    auto value = get(name);
+    if (!value) return std::nullopt;
+    const auto parsed = parse_decimal(*value);
+    if (!parsed || *parsed < lo || *parsed > hi) {
+      invalid(name, *value, cat("an integer in [", lo, ", ", hi, "]", unit.empty() ? "" : " (", unit, unit.empty() ? "" : ")"));
+    }
+    return parsed;
+  }
+
+  // A byte count with an optional K, M or G suffix (powers of 1024, either case).
+  std::optional<long long> bytes(std::string_view name, long long lo, long long hi) const {
+    auto value = get(name);
+    if (!value) return std::nullopt;
+    const auto fail = [&]() {
+      invalid(name, *value,
+              cat("a byte count in [", lo, ", ", hi, "] (", lo >> 10, "K..", hi >> 30,
+                  "G), optionally with a K, M or G suffix (powers of 1024)"));
+    };
+    std::string_view digits = *value;
+    long long scale = 1;
+    switch (std::tolower(static_cast<unsigned char>(digits.back()))) {
+      case 'k': scale = 1LL << 10; break;
+      case 'm': scale = 1LL << 20; break;
+      case 'g': scale = 1LL << 30; break;
+      default: break;
+    }
+    if (scale != 1) digits.remove_suffix(1);
+    const auto parsed = parse_decimal(digits);
+    if (!parsed || *parsed < 0 || *parsed > hi / scale) fail();
+    const long long result = *parsed * scale;
+    if (result < lo) fail();
+    return result;
+  }
+
+  template <class E, std::size_t N>
+  std::optional<E> choice(std::string_view name, const std::array<std::pair<std::string_view, E>, N>& table) const {
+    auto value = get(name);
+    if (!value) return std::nullopt;
+    const std::string lowered = to_lower(*value);
+    for (const auto& [text, e] : table) {
+      if (lowered == text) return e;
+    }
+    std::string accepted;
+    for (const auto& [text, e] : table) {
+      if (!accepted.empty()) accepted += ", ";
+      accepted += text;
+    }
+    invalid(name, *value, cat("one of ", accepted, " (case-insensitive)"));
+  }
+
+ private:
+  const Config::Lookup& lookup_;
+};
+
+constexpr std::array<std::pair<std::string_view, LogLevel>, 4> kLogLevels{{
+    {"error", LogLevel::error}, {"warn", LogLevel::warn}, {"info", LogLevel::info}, {"trace", LogLevel::trace}}};
+constexpr std::array<std::pair<std::string_view, std::string_view>, 2> kTransports{{
+    {"ucx", "ucx"}, {"inproc", "inproc"}}};
+constexpr std::array<std::pair<std::string_view, AllreduceAlgo>, 2> kAlgos{{
+    {"auto", AllreduceAlgo::automatic}, {"ring", AllreduceAlgo::ring}}};
+constexpr std::array<std::pair<std::string_view, ProgressMode>, 3> kProgressModes{{
+    {"auto", ProgressMode::automatic}, {"spin", ProgressMode::spin}, {"wake", ProgressMode::wake}}};
+constexpr std::array<std::pair<std::string_view, BindMode>, 4> kBindModes{{
+    {"auto", BindMode::automatic}, {"none", BindMode::none}, {"cores", BindMode::cores}, {"numa", BindMode::numa}}};
+
+template <class E, std::size_t N>
+std::string_view name_of(E e, const std::array<std::pair<std::string_view, E>, N>& table) {
+  for (const auto& [text, value] : table) {
+    if (value == e) return text;
+  }
+  return "?";
+}
+
+bool is_hex(char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; }
+
+// host:port, or [IPv6]:port; the port in 1..65535.
+bool valid_root(std::string_view text) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string_view::npos) return false;
+  const std::string_view host = text.substr(0, colon);
+  const std::string_view port_text = text.substr(colon + 1);
+  if (port_text.empty() || !std::all_of(port_text.begin(), port_text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return false;
+  }
+  const auto port = parse_decimal(port_text);
+  if (!port || *port < 1 || *port > 65535) return false;
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    const std::string_view addr = host.substr(1, host.size() - 2);
+    // An IPv6 literal, optionally with a zone (%eth0) or an embedded IPv4 tail.
+    const auto zone = addr.find('%');
+    const std::string_view literal = addr.substr(0, zone);
+    return literal.find(':') != std::string_view::npos &&
+           std::all_of(literal.begin(), literal.end(), [](char c) { return is_hex(c) || c == ':' || c == '.'; }) &&
+           (zone == std::string_view::npos || zone + 1 < addr.size());
+  }
+  if (host.empty()) return false;
+  return std::all_of(host.begin(), host.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '.' || c == '-' || c == '_';
+  });
+}
+
+std::string format_bytes(std::size_t bytes) {
+  if (bytes != 0 && bytes % (1u << 30) == 0) return cat(bytes >> 30, "G");
+  if (bytes != 0 && bytes % (1u << 20) == 0) return cat(bytes >> 20, "M");
+  if (bytes != 0 && bytes % (1u << 10) == 0) return cat(bytes >> 10, "K");
+  return cat(bytes);
+}
+
+std::string optional_int(const std::optional<int>& v) { return v ? cat(*v) : std::string("(unset)"); }
+
+// Keeps an object alive until the process ends, never destroyed: logging from
+// other objects' destructors at exit may still read the configuration.
+template <class T>
+class Immortal {
+ public:
+  Immortal() { std::construct_at(ptr()); }
+  T& get() noexcept { return *ptr(); }
+
+ private:
+  T* ptr() noexcept { return std::launder(reinterpret_cast<T*>(storage_)); }
+  alignas(T) unsigned char storage_[sizeof(T)];
+};
+
+struct ConfigCache {
+  std::mutex mu;
+  std::atomic<const Config*> current{nullptr};
+  // Every parsed generation stays alive so references handed out before a
+  // reload_config() never dangle.
+  std::vector<std::unique_ptr<const Config>> generations;
+  std::optional<std::string> error;  // a parse failure is remembered, like a success
+};
+
+ConfigCache& cache() {
+  static Immortal<ConfigCache> instance;
+  return instance.get();
+}
+
+// Called with the cache's mutex held.
+const Config& parse_into_cache(ConfigCache& c) {
+  if (c.error) throw ConfigError(*c.error);
+  try {
+    c.generations.push_back(std::make_unique<const Config>(Config::from_process_env()));
+  } catch (const ConfigError& e) {
+    c.error = e.what();
+    throw;
+  }
+  const Config* parsed = c.generations.back().get();
+  c.current.store(parsed, std::memory_order_release);
+  return *parsed;
+}
+
+int checked_launcher_int(const Config::Lookup& lookup, std::string_view name, long long lo, bool required,
+                         std::string_view launcher) {
+  Reader reader(lookup);
+  auto value = reader.get(name);
+  if (!value) {
+    if (required) raise<ConfigError>(launcher, " environment is incomplete: ", name, " is not set");
+    return -1;
+  }
+  const auto parsed = parse_decimal(*value);
+  if (!parsed || *parsed < lo || *parsed > INT_MAX) {
+    invalid(name, *value, cat("an integer in [", lo, ", ", INT_MAX, "] (set by ", launcher, ")"));
+  }
+  return static_cast<int>(*parsed);
+}
+
+void check_launcher_consistency(const LauncherRanks& r, std::string_view rank_var, std::string_view size_var,
+                                std::string_view local_rank_var, std::string_view local_size_var) {
+  if (r.rank >= 0 && r.size > 0 && r.rank >= r.size) {
+    raise<ConfigError>(rank_var, "=", r.rank, " is invalid: it must be less than ", size_var, "=", r.size,
+                       " (", r.source, ")");
+  }
+  if (r.local_rank >= 0 && r.local_size > 0 && r.local_rank >= r.local_size) {
+    raise<ConfigError>(local_rank_var, "=", r.local_rank, " is invalid: it must be less than ", local_size_var, "=",
+                       r.local_size, " (", r.source, ")");
+  }
+}
+
+}  // namespace
+
+Config Config::from_env(const Lookup& lookup) {
+  const Reader env(lookup);
+  Config c;
+  if (auto v = env.choice("ANTDT_DEBUG", kLogLevels)) c.log_level = *v;
+  if (auto v = env.integer("ANTDT_TIMEOUT_MS", 1, kMaxTimeoutMs, "milliseconds")) c.timeout = std::chrono::milliseconds(*v);
+  if (auto v = env.choice("ANTDT_TRANSPORT", kTransports)) c.transport = std::string(*v);
+  if (auto v = env.choice("ANTDT_ALGO", kAlgos)) c.allreduce_algo = *v;
+  if (auto v = env.bytes("ANTDT_CHUNK_BYTES", kMinChunkBytes, kMaxChunkBytes)) c.chunk_bytes = static_cast<std::size_t>(*v);
+  if (auto v = env.choice("ANTDT_PROGRESS", kProgressModes)) c.progress = *v;
+  if (auto v = env.integer("ANTDT_SPIN_US", 0, kMaxSpinUs, "microseconds")) c.spin_before_sleep = std::chrono::microseconds(*v);
+  if (auto v = env.choice("ANTDT_BIND", kBindModes)) c.bind = *v;
+
+  if (auto v = env.integer("ANTDT_RANK", 0, INT_MAX - 1, "this process's rank")) c.rank = static_cast<int>(*v);
+  if (auto v = env.integer("ANTDT_WORLD_SIZE", 1, INT_MAX, "number of ranks")) c.world_size = static_cast<int>(*v);
+  if (auto v = env.integer("ANTDT_LOCAL_RANK", 0, INT_MAX - 1, "rank on this node")) c.local_rank = static_cast<int>(*v);
+  if (auto v = env.integer("ANTDT_LOCAL_SIZE", 1, INT_MAX, "ranks on this node")) c.local_size = static_cast<int>(*v);
+  if (c.rank && c.world_size && *c.rank >= *c.world_size) {
+    raise<ConfigError>("ANTDT_RANK='", *c.rank, "' is invalid: expected an integer in [0, ", *c.world_size - 1,
+                       "] because ANTDT_WORLD_SIZE=", *c.world_size);
+  }
+  if (c.local_rank && c.local_size && *c.local_rank >= *c.local_size) {
+    raise<ConfigError>("ANTDT_LOCAL_RANK='", *c.local_rank, "' is invalid: expected an integer in [0, ",
+                       *c.local_size - 1, "] because ANTDT_LOCAL_SIZE=", *c.local_size);
+  }
+
+  if (auto v = env.get("ANTDT_ROOT")) {
+    if (!valid_root(*v)) invalid("ANTDT_ROOT", *v, "host:port with a port in [1, 65535] (an IPv6 address as [addr]:port)");
+    c.root = *v;
+  }
+  if (auto v = env.get("ANTDT_SECRET")) {
+    // The value is not echoed: a near-miss may be most of the real secret.
+    if (v->size() != kSecretHexDigits || !std::all_of(v->begin(), v->end(), is_hex)) {
+      raise<ConfigError>("ANTDT_SECRET (a value of ", v->size(),
+                         " characters, not shown) is invalid: expected exactly 32 hex digits [0-9a-fA-F]");
+    }
+    c.secret = to_lower(*v);
+  }
+  if (auto v = env.get("ANTDT_BOOTSTRAP_DIR")) c.bootstrap_dir = *v;
+  return c;
+}
+
+Config Config::from_process_env() {
+  return from_env([](std::string_view name) -> std::optional<std::string> {
+    const char* value = std::getenv(std::string(name).c_str());
+    if (value == nullptr) return std::nullopt;
+    return std::string(value);
+  });
+}
+
+std::vector<std::string> Config::describe() const {
+  std::vector<std::string> lines;
+  std::string level(name_of(log_level, kLogLevels));
+  for (char& ch : level) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  lines.push_back(cat("ANTDT_DEBUG=", level));
+  lines.push_back(cat("ANTDT_TIMEOUT_MS=", timeout.count()));
+  lines.push_back(cat("ANTDT_TRANSPORT=", transport));
+  lines.push_back(cat("ANTDT_ALGO=", name_of(allreduce_algo, kAlgos)));
+  lines.push_back(cat("ANTDT_CHUNK_BYTES=", format_bytes(chunk_bytes)));
+  lines.push_back(cat("ANTDT_PROGRESS=", name_of(progress, kProgressModes)));
+  lines.push_back(cat("ANTDT_SPIN_US=", spin_before_sleep.count()));
+  lines.push_back(cat("ANTDT_BIND=", name_of(bind, kBindModes)));
+  lines.push_back(cat("ANTDT_RANK=", optional_int(rank)));
+  lines.push_back(cat("ANTDT_WORLD_SIZE=", optional_int(world_size)));
+  lines.push_back(cat("ANTDT_LOCAL_RANK=", optional_int(local_rank)));
+  lines.push_back(cat("ANTDT_LOCAL_SIZE=", optional_int(local_size)));
+  lines.push_back(cat("ANTDT_ROOT=", root.empty() ? "(unset)" : root));
+  lines.push_back(cat("ANTDT_SECRET=", secret.empty() ? "(unset)" : "(set, not shown)"));
+  lines.push_back(cat("ANTDT_BOOTSTRAP_DIR=", bootstrap_dir));
+  return lines;
+}
+
+const Config& config() {
+  ConfigCache& c = cache();
+  if (const Config* current = c.current.load(std::memory_order_acquire)) return *current;
+  std::lock_guard lock(c.mu);
+  if (const Config* current = c.current.load(std::memory_order_acquire)) return *current;
+  return parse_into_cache(c);
+}
+
+void reload_config() {
+  ConfigCache& c = cache();
+  std::lock_guard lock(c.mu);
+  c.current.store(nullptr, std::memory_order_release);
+  c.error.reset();
+  parse_into_cache(c);
+}
+
+std::optional<LauncherRanks> launcher_ranks(const Config::Lookup& lookup) {
+  const Reader env(lookup);
+  LauncherRanks r;
+
+  if (env.get("OMPI_COMM_WORLD_RANK")) {
+    r.source = "Open MPI";
+    r.rank = checked_launcher_int(lookup, "OMPI_COMM_WORLD_RANK", 0, true, r.source);
+    r.size = checked_launcher_int(lookup, "OMPI_COMM_WORLD_SIZE", 1, true, r.source);
+    r.local_rank = checked_launcher_int(lookup, "OMPI_COMM_WORLD_LOCAL_RANK", 0, false, r.source);
+    r.local_size = checked_launcher_int(lookup, "OMPI_COMM_WORLD_LOCAL_SIZE", 1, false, r.source);
+    if (auto id = env.get("OMPI_MCA_ess_base_jobid")) {
+      r.job_id = *id;
+    } else if (auto ns = env.get("PMIX_NAMESPACE")) {
+      r.job_id = *ns;
+    }
+    check_launcher_consistency(r, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                               "OMPI_COMM_WORLD_LOCAL_SIZE");
+    return r;
+  }
+  if (env.get("PMIX_RANK") && env.get("PMIX_NAMESPACE")) {
+    // PMIx puts only the rank and namespace in the environment; the job size
+    // must come from the PMIx server, so it stays unknown (-1) here.
+    r.source = "PMIx";
+    r.rank = checked_launcher_int(lookup, "PMIX_RANK", 0, true, r.source);
+    r.job_id = *env.get("PMIX_NAMESPACE");
+    return r;
+  }
+  if (env.get("PMI_RANK")) {
+    r.source = "PMI";
+    r.rank = checked_launcher_int(lookup, "PMI_RANK", 0, true, r.source);
+    r.size = checked_launcher_int(lookup, "PMI_SIZE", 1, true, r.source);
+    check_launcher_consistency(r, "PMI_RANK", "PMI_SIZE", "", "");
+    return r;
+  }
+  if (env.get("SLURM_PROCID")) {
+    r.source = "Slurm";
+    r.rank = checked_launcher_int(lookup, "SLURM_PROCID", 0, true, r.source);
+    r.size = checked_launcher_int(lookup, "SLURM_NTASKS", 1, true, r.source);
+    r.local_rank = checked_launcher_int(lookup, "SLURM_LOCALID", 0, false, r.source);
+    if (auto job = env.get("SLURM_JOB_ID")) {
+      r.job_id = *job;
+      if (auto step = env.get("SLURM_STEP_ID")) r.job_id += cat(".", *step);
+    }
+    check_launcher_consistency(r, "SLURM_PROCID", "SLURM_NTASKS", "", "");
+    return r;
+  }
+  return std::nullopt;
+}
+
+}  // namespace antdt
