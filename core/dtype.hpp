@@ -1,6 +1,8 @@
 // CPU reduction kernels for every DataType x ReduceOp. f16 and bf16 are
 // computed in f32 and rounded to nearest-even on store. `avg` reduces as `sum`;
 // the collective divides once at the end with finish_avg().
+// Integer sum/prod wrap (two's complement); float min/max propagate NaN (if
+// either input is NaN the result is NaN, unlike fmin/fmax).
 #pragma once
 
 #include <antdt/comm.hpp>
