@@ -4,8 +4,9 @@
 //  - Integer sum and prod wrap modulo 2^bits (two's complement for signed
 //    types); they are computed in the unsigned type so overflow is defined.
 //  - Float min/max propagate NaN: if either input is NaN the result is NaN
-//    (like IEEE 754-2019 minimum/maximum, unlike fmin/fmax which drop it), so a
-//    NaN gradient on one rank is never silently hidden by a reduction.
+//    (as IEEE 754-2019 minimum/maximum do; fmin/fmax drop it instead), so a
+//    NaN gradient on one rank is never silently hidden by a reduction. Between
+//    -0 and +0, which compare equal, either may be returned.
 //  - f16/bf16 are widened to f32, combined, and rounded back to nearest-even.
 //
 // Speed: the element loops are plain contiguous loops over typed pointers,
@@ -13,7 +14,10 @@
 // -O3. f16/bf16 (and buffers that are misaligned for their type, or an output
 // that is both inputs at once) go through small stack blocks: load a block into a
 // typed buffer, combine, store it back. The conversions are branch-free integer
-// and float arithmetic so those loops vectorize too.
+// and float arithmetic so those loops vectorize too; f16 uses the F16C
+// instructions where the CPU has them. On x86-64 the kernels are compiled for
+// the baseline ISA and for x86-64-v3 (AVX2), picked at load time.
+// The portable f16 rounding assumes the default round-to-nearest FP mode.
 #include "core/dtype.hpp"
 
 #include "core/error.hpp"
