@@ -183,7 +183,11 @@ double contribution(const TypeInfo& t, ReduceOp op, int rank, std::size_t i) {
       default: return 1.0;
     }
   }
-  const auto step = static_cast<double>((i * 5 + r * 3 + 1) % 9);  // 0..8
+  // Pseudo-random in (rank, i), so that for every rank count some sums are not
+  // multiples of it (integer avg must truncate toward zero, also below 0).
+  std::uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull ^ (r + 1) * 0xC2B2AE3D27D4EB4Full;
+  h ^= h >> 29;
+  const auto step = static_cast<double>(h % 9);  // 0..8
   const double centered = t.is_signed ? step - 4.0 : step;          // -4..4 or 0..8
   return t.is_float ? centered * 0.25 : centered;
 }
