@@ -75,17 +75,26 @@ Call::Call(detail::CommImpl& comm, const Signature& sig)
       tag_((static_cast<std::uint64_t>(comm.id() & 0xffffffu) << 8) | static_cast<std::uint64_t>(sig.kind)),
       deadline_(transport::Clock::now() + comm.config().timeout) {
   comm_.check_usable();
-  if (auto info = comm_.transport().abort_info()) {
-    Status status = info->status == static_cast<int>(Status::mismatch) ? Status::mismatch : Status::remote_abort;
-    comm_.mark_failed(status, info->reason);
-    detail::throw_status(status, cat("rank ", info->origin_rank, " aborted the communicator: ", info->reason));
-  }
+  throw_if_aborted();
+}
+
+void Call::throw_if_aborted() {
+  auto info = comm_.transport().abort_info();
+  if (!info) return;
+  // A mismatch found by any rank is a mismatch on every rank; anything else
+  // is, from here, a remote abort carrying the origin's reason.
+  Status status = info->status == static_cast<int>(Status::mismatch) ? Status::mismatch : Status::remote_abort;
+  std::string reason = info->origin_rank == rank()
+                           ? info->reason
+                           : cat("rank ", info->origin_rank, " aborted the communicator: ", info->reason);
+  comm_.mark_failed(status, reason);
+  detail::throw_status(status, reason);
 }
 
 Call::~Call() {
   for (std::size_t i = 0; i < high_water_; ++i) {
     auto& slot = comm_.slot(i);
-    if (slot.completion.pending()) comm_.transport().cancel(slot.completion);
+    if (slot.seq == seq_ && slot.completion.pending()) comm_.transport().cancel(slot.completion);
   }
 }
 
@@ -98,6 +107,7 @@ std::size_t Call::send(std::size_t index, int peer, std::span<const std::byte> p
   slot.peer = peer;
   slot.is_recv = false;
   slot.expected_bytes = payload.size();
+  slot.seq = seq_;
   high_water_ = std::max(high_water_, index + 1);
   comm_.transport().post_send(peer, tag_, payload, slot.completion);
   return index;
@@ -110,6 +120,7 @@ std::size_t Call::recv(std::size_t index, int peer, std::span<std::byte> payload
   slot.peer = peer;
   slot.is_recv = true;
   slot.expected_bytes = payload.size();
+  slot.seq = seq_;
   high_water_ = std::max(high_water_, index + 1);
   comm_.transport().post_recv(peer, tag_, payload, slot.completion);
   return index;
@@ -125,6 +136,7 @@ bool Call::done(std::size_t index) {
 
 void Call::wait(std::size_t index) {
   auto& slot = comm_.slot(index);
+  ANTDT_ASSERT(slot.seq == seq_);
   if (slot.completion.pending()) {
     transport::Completion* ops[] = {&slot.completion};
     switch (comm_.transport().wait(ops, deadline_)) {
@@ -133,28 +145,24 @@ void Call::wait(std::size_t index) {
         fail(Status::timeout, cat("rank ", rank(), " timed out after ", config().timeout.count(),
                                   " ms (ANTDT_TIMEOUT_MS) in ", sig_.describe(), " #", seq_, " waiting to ",
                                   slot.is_recv ? "receive from" : "send to", " rank ", slot.peer));
-      case transport::WaitResult::aborted: {
-        auto info = comm_.transport().abort_info();
-        Status status = info && info->status == static_cast<int>(Status::mismatch) ? Status::mismatch
-                                                                                   : Status::remote_abort;
-        std::string reason = info ? cat("rank ", info->origin_rank, " aborted the communicator: ", info->reason)
-                                  : std::string("the communicator was aborted");
-        comm_.mark_failed(status, reason);
-        detail::throw_status(status, reason);
-      }
+      case transport::WaitResult::aborted: throw_if_aborted(); break;
     }
   }
   check(slot);
 }
 
 void Call::wait_all() {
-  for (std::size_t i = 0; i < high_water_; ++i) wait(i);
+  // Slots below the high-water mark that this call did not post belong to earlier calls.
+  for (std::size_t i = 0; i < high_water_; ++i)
+    if (comm_.slot(i).seq == seq_) wait(i);
 }
 
 void Call::check(detail::OpSlot& slot) {
   auto& c = slot.completion;
   const auto state = c.state.load(std::memory_order_acquire);
   if (state == transport::State::failed) {
+    // A peer that aborted also closes its side: report the abort, the root cause.
+    throw_if_aborted();
     if (slot.is_recv && mentions_truncation(c.error))
       fail(Status::mismatch, cat("rank ", rank(), " in ", sig_.describe(), " #", seq_, ": rank ", slot.peer,
                                  " sent more data than expected (", c.error,

@@ -57,6 +57,7 @@ class Call {
 
  private:
   [[noreturn]] void fail(Status status, const std::string& reason);
+  void throw_if_aborted();  // throws when this rank or a peer aborted the transport
   void check(detail::OpSlot& slot);
 
   detail::CommImpl& comm_;

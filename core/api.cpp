@@ -6,9 +6,11 @@
 #include "core/bootstrap.hpp"
 #include "core/communicator.hpp"
 #include "core/config.hpp"
+#include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/net.hpp"
+#include "core/topology.hpp"
 #include "transport/inproc/inproc_transport.hpp"
 #include "transport/ucx/ucx_transport.hpp"
 
@@ -53,11 +55,33 @@ std::shared_ptr<transport::InprocFabric> inproc_fabric_for(const UniqueId& id, i
   return fabric;
 }
 
-Communicator create_with(const UniqueId& id, int rank, int size, const Config& cfg, std::string_view how) {
+// Binds this process to its share of the node's cores (ANTDT_BIND) and its
+// memory to their NUMA node, and reports the topology at INFO. Done before the
+// transport starts so that UCX's threads and buffers inherit the placement.
+void place_rank(const Config& cfg, int local_rank, int local_size) {
+  const bool report = log::enabled(LogLevel::info);
+  const bool can_bind = cfg.bind != BindMode::none && local_rank >= 0 && local_size > 0;
+  if (!report && !can_bind) return;
+  Topology topo = Topology::detect();
+  if (report)
+    for (const auto& line : topo.describe()) ANTDT_INFO("topology: ", line);
+  if (!can_bind) return;
+  auto pus = topo.bind_rank(local_rank, local_size, cfg.bind);
+  if (pus.empty()) return;
+  std::string list;
+  for (unsigned pu : pus) list += cat(list.empty() ? "" : ",", pu);
+  ANTDT_INFO("local rank ", local_rank, " of ", local_size, " bound to PUs ", list);
+  topo.bind_memory_to_local_numa();
+}
+
+Communicator create_with(const UniqueId& id, int rank, int size, const Config& cfg, std::string_view how,
+                         int local_rank = -1, int local_size = -1) {
   ANTDT_CHECK_ARG(size >= 1, "communicator size must be >= 1, got ", size);
   ANTDT_CHECK_ARG(rank >= 0 && rank < size, "rank ", rank, " is out of range [0, ", size, ")");
   log::set_process_rank(rank);
   log_startup(cfg, rank, size, how);
+  if (cfg.transport != "inproc")
+    place_rank(cfg, cfg.local_rank.value_or(local_rank), cfg.local_size.value_or(local_size));
   if (cfg.transport == "inproc") {
     auto t = transport::make_inproc_transport(inproc_fabric_for(id, size), rank, cfg);
     return detail::make_communicator(std::move(t), comm_id_from(id), cfg);
@@ -176,13 +200,19 @@ Communicator Communicator::from_env() {
     return v ? std::optional<std::string>(v) : std::nullopt;
   });
   if (!job) return single_rank(cfg);
+  if (job->size < 1)
+    raise<ConfigError>(job->source, " gives this process rank ", job->rank,
+                       " but not the job size; set ANTDT_WORLD_SIZE (with ANTDT_RANK, ANTDT_ROOT and ANTDT_SECRET)");
   if (job->size == 1) return single_rank(cfg);
+  if (job->job_id.empty())
+    raise<ConfigError>(job->source, " gives no job id to name the bootstrap file; set ANTDT_RANK, ANTDT_WORLD_SIZE, "
+                       "ANTDT_ROOT and ANTDT_SECRET instead");
   const std::string path = id_file_path(cfg, *job);
   if (job->rank == 0) {
     UniqueId id = UniqueId::create();
     publish_id(path, id);
     try {
-      auto comm = create_with(id, 0, job->size, cfg, job->source);
+      auto comm = create_with(id, 0, job->size, cfg, job->source, job->local_rank, job->local_size);
       ::unlink(path.c_str());
       return comm;
     } catch (...) {
@@ -191,7 +221,7 @@ Communicator Communicator::from_env() {
     }
   }
   UniqueId id = read_published_id(path, cfg.timeout);
-  return create_with(id, job->rank, job->size, cfg, job->source);
+  return create_with(id, job->rank, job->size, cfg, job->source, job->local_rank, job->local_size);
 }
 
 }  // namespace antdt

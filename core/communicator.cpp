@@ -15,7 +15,8 @@ CommImpl::CommImpl(std::unique_ptr<transport::Transport> transport, std::uint32_
 CommImpl::~CommImpl() = default;
 
 OpSlot& CommImpl::slot(std::size_t index) {
-  while (slots_.size() <= index) slots_.emplace_back();
+  // A new slot starts idle (not pending): it has never been posted.
+  while (slots_.size() <= index) slots_.emplace_back().completion.state.store(transport::State::done);
   return slots_[index];
 }
 

@@ -26,6 +26,7 @@ struct OpSlot {
   int peer = -1;
   bool is_recv = false;
   std::size_t expected_bytes = 0;
+  std::uint64_t seq = 0;  // the collective that last posted into this slot
 };
 
 class CommImpl {

@@ -292,8 +292,8 @@ TEST_P(Collectives, BadArgumentsAreRejectedBeforeAnyMessage) {
 INSTANTIATE_TEST_SUITE_P(Transports, Collectives,
                          ::testing::Combine(::testing::Values(TransportKind::inproc, TransportKind::ucx),
                                             ::testing::Values(1, 2, 3, 4, 5)),
-                         [](const auto& info) {
-                           return to_string(std::get<0>(info.param)) + "_" + std::to_string(std::get<1>(info.param)) +
+                         [](const auto& param_info) {
+                           return to_string(std::get<0>(param_info.param)) + "_" + std::to_string(std::get<1>(param_info.param)) +
                                   "ranks";
                          });
 
