@@ -47,6 +47,10 @@ constexpr auto kPollSlice = std::chrono::milliseconds(100);
 // going to match any more, so it gives up sooner.
 constexpr auto kCancelBound = std::chrono::seconds(5);
 constexpr auto kCancelBoundAborted = std::chrono::milliseconds(200);
+// A wait that ends because of this rank's abort first drives the abort
+// messages out (their first send to a peer may still need the connection set
+// up), for at most this long.
+constexpr auto kAbortLinger = std::chrono::milliseconds(500);
 // Closing: deliver what is in flight, then close the endpoints.
 constexpr auto kFlushBound = std::chrono::seconds(5);
 constexpr auto kFlushBoundAborted = std::chrono::milliseconds(500);
@@ -173,7 +177,6 @@ class UcxTransport final : public Transport {
     Completion* done = nullptr;  // null once detached (the caller no longer waits for it)
     void* request = nullptr;     // the UCX request while one is outstanding
     std::array<ucp_dt_iov_t, 2> iov{};  // [header, payload]; UCX reads it until completion
-    ucp_tag_recv_info_t info{};
     std::uint64_t tag = 0;
     std::size_t capacity = 0;  // receive: payload bytes the buffer holds
     int peer = -1;
@@ -232,6 +235,7 @@ class UcxTransport final : public Transport {
   void post_control_recv();
   void handle_control_message(ucs_status_t status, std::size_t length);
   void send_abort_messages();
+  void push_abort_messages(Deadline until);
   void drain_abort_sends() noexcept;
   void handle_peer_failures();
   void close_endpoint(Peer& peer, bool force);
@@ -256,7 +260,6 @@ class UcxTransport final : public Transport {
 
   // Control traffic.
   std::array<std::byte, kAbortMaxBytes> control_rx_{};
-  ucp_tag_recv_info_t control_rx_info_{};
   void* control_rx_request_ = nullptr;
   bool control_rx_ready_ = false;
   ucs_status_t control_rx_status_ = UCS_OK;
@@ -512,20 +515,20 @@ void UcxTransport::post_recv(int peer, std::uint64_t tag, std::span<std::byte> p
   slot.iov[0] = {&done.header, sizeof(MessageHeader)};
   slot.iov[1] = {payload.data(), payload.size()};
 
+  // No immediate completion: UCX 1.13 does not report the received length
+  // (recv_info) for a receive that completes inside ucp_tag_recv_nbx, but it
+  // does pass it to the callback, which then runs before the call returns.
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE |
-                       UCP_OP_ATTR_FIELD_RECV_INFO;
+                       UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   param.cb.recv = &UcxTransport::on_recv_done;
   param.user_data = &slot;
   param.datatype = ucp_dt_make_iov();
-  param.recv_info.tag_info = &slot.info;
   const std::size_t entries = payload.empty() ? 1 : 2;
   void* request = ucp_tag_recv_nbx(worker_.get(), slot.iov.data(), entries, data_tag(tag, peer), kFullMask, &param);
-  if (request == nullptr) {
-    finish_recv(slot, UCS_OK, slot.info.length);
-  } else if (UCS_PTR_IS_ERR(request)) {
-    finish_recv(slot, UCS_PTR_STATUS(request), slot.info.length);
-  } else {
+  if (UCS_PTR_IS_ERR(request)) {
+    finish_recv(slot, UCS_PTR_STATUS(request), 0);
+  } else if (done.pending()) {  // else the callback has run, freed the request and recycled the slot
     slot.request = request;
     done.handle = &slot;
     // A message the dead peer sent before it failed has matched above; nothing more will come.
@@ -580,7 +583,10 @@ WaitResult UcxTransport::wait(std::span<Completion* const> ops, Deadline deadlin
   for (;;) {
     const unsigned events = drive();
     if (all_finished(ops)) return WaitResult::done;
-    if (aborted()) return WaitResult::aborted;
+    if (aborted()) {
+      push_abort_messages(Clock::now() + kAbortLinger);
+      return WaitResult::aborted;
+    }
     const auto now = Clock::now();
     if (now >= deadline) return WaitResult::timeout;
     if (events > 0 || now < spin_end) continue;
@@ -602,6 +608,16 @@ bool UcxTransport::progress_until(const Completion& op, Deadline until) {
     block(until, now);
   }
   return true;
+}
+
+void UcxTransport::push_abort_messages(Deadline until) {
+  while (control_sends_in_flight_ > 0) {
+    drive();
+    if (control_sends_in_flight_ == 0) break;
+    const auto now = Clock::now();
+    if (now >= until) return;
+    block(until, now);
+  }
 }
 
 bool UcxTransport::progress_until_complete(void* request, Deadline until) {
@@ -657,7 +673,9 @@ void UcxTransport::on_peer_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status
   peer->failed = true;
   peer->failure = cat("peer rank ", peer->rank, " failed: ", ucs_status_string(status));
   peer->owner->peer_failure_pending_ = true;
-  log::write(LogLevel::warn, cat("ucx transport: rank ", peer->owner->rank_, ": ", peer->failure));
+  // While closing, peers that closed first are expected to be gone.
+  const LogLevel level = peer->owner->closing_ ? LogLevel::info : LogLevel::warn;
+  if (log::enabled(level)) log::write(level, cat("ucx transport: rank ", peer->owner->rank_, ": ", peer->failure));
 }
 
 void UcxTransport::fail_peer(int rank, std::string failure) {
@@ -810,26 +828,26 @@ void UcxTransport::on_control_recv(void* request, ucs_status_t status, const ucp
 
 void UcxTransport::post_control_recv() {
   while (!closing_ && control_rx_request_ == nullptr) {
+    // No immediate completion, as for data receives: the callback reports the length.
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE |
-                         UCP_OP_ATTR_FIELD_RECV_INFO;
+                         UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     param.cb.recv = &UcxTransport::on_control_recv;
     param.user_data = this;
     param.datatype = ucp_dt_make_contig(1);
-    param.recv_info.tag_info = &control_rx_info_;
+    control_rx_ready_ = false;
     void* request =
         ucp_tag_recv_nbx(worker_.get(), control_rx_.data(), control_rx_.size(), kControlBit, kControlBit, &param);
-    if (request == nullptr) {
-      handle_control_message(UCS_OK, control_rx_info_.length);
-    } else if (UCS_PTR_IS_ERR(request)) {
-      handle_control_message(UCS_PTR_STATUS(request), 0);
-      if (UCS_PTR_STATUS(request) != UCS_ERR_MESSAGE_TRUNCATED) {
-        raise<TransportError>("UCX: posting the control receive failed: ",
-                              ucs_status_string(UCS_PTR_STATUS(request)));
-      }
-    } else {
-      control_rx_request_ = request;
+    if (UCS_PTR_IS_ERR(request)) {
+      raise<TransportError>("UCX: posting the control receive failed: ",
+                            ucs_status_string(UCS_PTR_STATUS(request)));
     }
+    if (control_rx_ready_) {  // a control message was waiting: the callback ran and freed the request
+      control_rx_ready_ = false;
+      handle_control_message(control_rx_status_, control_rx_length_);
+      continue;
+    }
+    control_rx_request_ = request;
   }
 }
 
@@ -896,7 +914,10 @@ void UcxTransport::close() noexcept {
 
     for (Peer& peer : peers_) close_endpoint(peer, /*force=*/!flushed || peer.failed);
     const Deadline close_until = Clock::now() + kCloseBound;
-    for (void* request : closing_requests_) progress_until_complete(request, close_until);
+    // By index: progress may report more failed peers, whose closes are appended.
+    for (std::size_t i = 0; i < closing_requests_.size(); ++i) {
+      progress_until_complete(closing_requests_[i], close_until);
+    }
     for (void* request : closing_requests_) ucp_request_free(request);
     closing_requests_.clear();
 

@@ -1,0 +1,562 @@
+// Transport semantics, checked identically on the inproc and UCX transports:
+// data integrity over sizes, ordering, tag matching, self sends, truncation,
+// timeouts, abort (same thread and another thread), cancel, all-to-all, and
+// teardown in any order. The idle-CPU test only prints (no timing asserts).
+#include "transport_fixtures.hpp"
+#include "transport/transport_checks.hpp"
+
+#include <gtest/gtest.h>
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+
+namespace antdt::transport_test {
+namespace {
+
+using transport::AbortInfo;
+using transport::kMaxTag;
+using transport::MessageHeader;
+using transport::State;
+
+std::string state_name(State s) {
+  switch (s) {
+    case State::pending: return "pending";
+    case State::done: return "done";
+    case State::failed: return "failed";
+    case State::cancelled: return "cancelled";
+  }
+  return "?";
+}
+
+// Throws (ending the rank's body) unless the wait finished and `op` is done.
+void require_done(WaitResult result, const Completion& op, const std::string& what) {
+  if (result != WaitResult::done) throw std::runtime_error(what + ": wait did not finish");
+  const State s = op.state.load();
+  if (s != State::done) throw std::runtime_error(what + ": state " + state_name(s) + " " + op.error);
+}
+
+std::span<const std::byte> bytes_of(const std::vector<std::byte>& v) { return {v.data(), v.size()}; }
+std::span<std::byte> bytes_of(std::vector<std::byte>& v) { return {v.data(), v.size()}; }
+
+bool same_header(const MessageHeader& a, const MessageHeader& b) {
+  return a.magic == b.magic && a.comm_id == b.comm_id && a.seq == b.seq && a.signature == b.signature &&
+         a.payload_bytes == b.payload_bytes;
+}
+
+double cpu_ms(int who) {
+  rusage usage{};
+  getrusage(who, &usage);
+  return (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1e3 + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e3;
+}
+
+class TransportTest : public ::testing::TestWithParam<Kind> {
+ protected:
+  Kind kind() const { return GetParam(); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Both, TransportTest, ::testing::Values(Kind::inproc, Kind::ucx),
+                         [](const ::testing::TestParamInfo<Kind>& param) { return kind_name(param.param); });
+
+// ---------------------------------------------------------------------------
+// Data movement
+// ---------------------------------------------------------------------------
+TEST_P(TransportTest, PingPongOfEverySizeArrivesIntact) {
+  const std::array<std::size_t, 5> sizes{0, 1, 8 << 10, 1 << 20, (8 << 20) + 3};
+  auto outcomes = run_group(kind(), 2, [&](Transport& t) {
+    EXPECT_EQ(t.size(), 2);
+    EXPECT_EQ(t.name(), kind_name(kind()));
+    const int peer = 1 - t.rank();
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      const std::size_t n = sizes[i];
+      const auto ping = pattern(n, 100 + i);
+      const auto pong = pattern(n, 200 + i);
+      std::vector<std::byte> in(n + 16, std::byte{0x5a});  // room to spare: received_bytes must say n
+      Completion send, recv;
+      if (t.rank() == 0) {
+        send.header = header_for(i, n);
+        t.post_send(peer, i, bytes_of(ping), send);
+        t.post_recv(peer, i, bytes_of(in), recv);
+      } else {
+        t.post_recv(peer, i, bytes_of(in), recv);
+        require_done(wait_for(t, {&recv}), recv, "ping receive");
+        EXPECT_TRUE(same_header(recv.header, header_for(i, n))) << "size " << n;
+        EXPECT_EQ(recv.received_bytes, n);
+        EXPECT_TRUE(std::equal(ping.begin(), ping.end(), in.begin())) << "ping data, size " << n;
+        EXPECT_EQ(in[n], std::byte{0x5a}) << "bytes past the message were written, size " << n;
+        send.header = header_for(1000 + i, n);
+        t.post_send(peer, i, bytes_of(pong), send);
+        require_done(wait_for(t, {&send}), send, "pong send");
+        continue;
+      }
+      require_done(wait_for(t, {&send, &recv}), recv, "pong receive");
+      EXPECT_EQ(send.state.load(), State::done) << send.error;
+      EXPECT_TRUE(same_header(recv.header, header_for(1000 + i, n)));
+      EXPECT_EQ(recv.received_bytes, n);
+      EXPECT_TRUE(std::equal(pong.begin(), pong.end(), in.begin())) << "pong data, size " << n;
+    }
+  });
+  EXPECT_EQ(failures(outcomes), "");
+}
+
+TEST_P(TransportTest, MessagesWithOneTagMatchInSendOrder) {
+  constexpr int kMessages = 200;
+  auto outcomes = run_group(kind(), 2, [&](Transport& t) {
+    std::vector<Completion> ops(kMessages);
+    std::vector<std::uint64_t> values(kMessages);
+    std::vector<Completion*> all;
+    for (auto& op : ops) all.push_back(&op);
+    if (t.rank() == 0) {
+      for (int i = 0; i < kMessages; ++i) {
+        values[i] = 0x1000 + static_cast<std::uint64_t>(i);
+        ops[i].header = header_for(static_cast<std::uint64_t>(i), sizeof(std::uint64_t));
+        t.post_send(1, 3, std::as_bytes(std::span(&values[i], 1)), ops[i]);
+      }
+    } else {
+      // Half posted before the sends can have arrived, half long after.
+      for (int i = 0; i < kMessages / 2; ++i) t.post_recv(0, 3, std::as_writable_bytes(std::span(&values[i], 1)), ops[i]);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      for (int i = kMessages / 2; i < kMessages; ++i) {
+        t.post_recv(0, 3, std::as_writable_bytes(std::span(&values[i], 1)), ops[i]);
+      }
+    }
+    ASSERT_EQ(t.wait(all, Clock::now() + kTestWait), WaitResult::done);
+    for (int i = 0; i < kMessages; ++i) {
+      ASSERT_EQ(ops[i].state.load(), State::done) << ops[i].error;
+      if (t.rank() == 1) {
+        EXPECT_EQ(ops[i].header.seq, static_cast<std::uint64_t>(i));
+        EXPECT_EQ(values[i], 0x1000u + static_cast<std::uint64_t>(i));
+      }
+    }
+  });
+  EXPECT_EQ(failures(outcomes), "");
+}
+
+constexpr int kTags = 8;
+
+TEST_P(TransportTest, DifferentTagsMatchIndependently) {
+  auto outcomes = run_group(kind(), 2, [&](Transport& t) {
+    std::vector<Completion> ops(kTags);
+    std::vector<std::vector<std::byte>> buffers(kTags);
+    std::vector<Completion*> all;
+    for (auto& op : ops) all.push_back(&op);
+    // Tags spread over the whole range, the largest allowed one included.
+    auto tag_of = [](int i) { return i == kTags - 1 ? kMaxTag : static_cast<std::uint64_t>(i) * 977; };
+    if (t.rank() == 0) {
+      for (int i = 0; i < kTags; ++i) {
+        buffers[i] = pattern(100 + static_cast<std::size_t>(i) * 1000, tag_of(i));
+        ops[i].header = header_for(tag_of(i), buffers[i].size());
+        t.post_send(1, tag_of(i), bytes_of(buffers[i]), ops[i]);
+      }
+    } else {
+      for (int i = kTags - 1; i >= 0; --i) {  // reverse order of the sends
+        buffers[i].resize(100 + static_cast<std::size_t>(kTags) * 1000);
+        t.post_recv(0, tag_of(i), bytes_of(buffers[i]), ops[i]);
+      }
+    }
+    ASSERT_EQ(t.wait(all, Clock::now() + kTestWait), WaitResult::done);
+    for (int i = 0; i < kTags; ++i) {
+      ASSERT_EQ(ops[i].state.load(), State::done) << ops[i].error;
+      if (t.rank() == 1) {
+        const auto expected = pattern(100 + static_cast<std::size_t>(i) * 1000, tag_of(i));
+        EXPECT_EQ(ops[i].header.seq, tag_of(i));
+        EXPECT_EQ(ops[i].received_bytes, expected.size());
+        EXPECT_TRUE(std::equal(expected.begin(), expected.end(), buffers[i].begin())) << "tag " << tag_of(i);
+      }
+    }
+  });
+  EXPECT_EQ(failures(outcomes), "");
+}
+
+TEST_P(TransportTest, SendToSelfWorks) {
+  for (int n : {1, 3}) {
+    auto outcomes = run_group(kind(), n, [&](Transport& t) {
+      for (std::size_t bytes : {std::size_t{0}, std::size_t{64}, std::size_t{3} << 20}) {
+        const auto out = pattern(bytes, static_cast<std::uint64_t>(t.rank()) + bytes);
+        std::vector<std::byte> in(bytes);
+        Completion send, recv;
+        send.header = header_for(bytes, bytes);
+        // Receive posted first for one size, second for the others: both orders must match.
+        if (bytes == 64) t.post_recv(t.rank(), 9, bytes_of(in), recv);
+        t.post_send(t.rank(), 9, bytes_of(out), send);
+        if (bytes != 64) t.post_recv(t.rank(), 9, bytes_of(in), recv);
+        require_done(wait_for(t, {&send, &recv}), recv, "self receive");
+        EXPECT_EQ(send.state.load(), State::done) << send.error;
+        EXPECT_EQ(recv.received_bytes, bytes);
+        EXPECT_EQ(recv.header.seq, bytes);
+        EXPECT_TRUE(in == out) << "self send of " << bytes << " bytes";
+      }
+    });
+    EXPECT_EQ(failures(outcomes), "") << "group of " << n;
+  }
+}
+
+TEST_P(TransportTest, AllToAllAcrossFourAndEightRanks) {
+  for (int n : {4, 8}) {
+    auto outcomes = run_group(kind(), n, [&](Transport& t) {
+      const int me = t.rank();
+      for (std::uint64_t round = 0; round < 3; ++round) {
+        // Sizes differ per pair and round: small (eager) and larger (rendezvous) messages mix.
+        auto bytes_for = [&](int src, int dst) {
+          return static_cast<std::size_t>((src * 7 + dst * 3 + static_cast<int>(round)) % 5) * 20000 + 1;
+        };
+        auto seed_for = [&](int src, int dst) { return round * 10000 + static_cast<std::uint64_t>(src * 100 + dst); };
+        std::vector<std::vector<std::byte>> out(static_cast<std::size_t>(n)), in(static_cast<std::size_t>(n));
+        std::vector<Completion> sends(static_cast<std::size_t>(n)), recvs(static_cast<std::size_t>(n));
+        std::vector<Completion*> all;
+        for (int p = 0; p < n; ++p) {
+          in[p].resize(bytes_for(p, me));
+          t.post_recv(p, round, bytes_of(in[p]), recvs[p]);
+          all.push_back(&recvs[p]);
+        }
+        for (int k = 0; k < n; ++k) {
+          const int p = (me + k) % n;  // staggered, so not everyone hits rank 0 first
+          out[p] = pattern(bytes_for(me, p), seed_for(me, p));
+          sends[p].header = header_for(round, out[p].size());
+          t.post_send(p, round, bytes_of(out[p]), sends[p]);
+          all.push_back(&sends[p]);
+        }
+        ASSERT_EQ(t.wait(all, Clock::now() + kTestWait), WaitResult::done) << "round " << round;
+        for (int p = 0; p < n; ++p) {
+          ASSERT_EQ(sends[p].state.load(), State::done) << sends[p].error;
+          ASSERT_EQ(recvs[p].state.load(), State::done) << recvs[p].error;
+          EXPECT_EQ(recvs[p].received_bytes, bytes_for(p, me));
+          EXPECT_TRUE(in[p] == pattern(bytes_for(p, me), seed_for(p, me))) << "from " << p << " round " << round;
+        }
+      }
+    });
+    EXPECT_EQ(failures(outcomes), "") << n << " ranks";
+  }
+}
+
+TEST_P(TransportTest, EveryProgressModeDeliversAndWaits) {
+  for (ProgressMode mode : {ProgressMode::spin, ProgressMode::wake, ProgressMode::automatic}) {
+    auto outcomes = run_group(
+        kind(), 2,
+        [&](Transport& t) {
+          const int peer = 1 - t.rank();
+          for (int i = 0; i < 20; ++i) {
+            const auto out = pattern(static_cast<std::size_t>(i) * 4099, static_cast<std::uint64_t>(i));
+            std::vector<std::byte> in(out.size());
+            Completion send, recv;
+            t.post_recv(peer, 1, bytes_of(in), recv);
+            // Rank 1 sends late, so rank 0 really waits (spins, or sleeps and is woken).
+            if (t.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+            t.post_send(peer, 1, bytes_of(out), send);
+            require_done(wait_for(t, {&send, &recv}), recv, "exchange");
+            EXPECT_TRUE(in == out);
+          }
+        },
+        transport_config(mode));
+    EXPECT_EQ(failures(outcomes), "") << "progress mode " << static_cast<int>(mode);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Errors and limits
+// ---------------------------------------------------------------------------
+TEST_P(TransportTest, LongerMessageThanBufferIsReportedAsTruncated) {
+  auto outcomes = run_group(kind(), 2, [&](Transport& t) {
+    for (std::size_t sent : {std::size_t{1000}, std::size_t{2} << 20}) {
+      const auto out = pattern(sent, 5);
+      std::vector<std::byte> in(100);
+      Completion op;
+      if (t.rank() == 0) {
+        t.post_send(1, 4, bytes_of(out), op);
+      } else {
+        t.post_recv(0, 4, bytes_of(in), op);
+      }
+      ASSERT_EQ(wait_for(t, {&op}), WaitResult::done);
+      if (t.rank() == 1) {
+        EXPECT_EQ(op.state.load(), State::failed);
+        EXPECT_NE(op.error.find("truncated"), std::string::npos) << op.error;
+        EXPECT_NE(op.error.find("100 payload bytes"), std::string::npos) << op.error;
+        EXPECT_NE(op.error.find("rank 0"), std::string::npos) << op.error;
+        EXPECT_NE(op.error.find(std::to_string(sent) + " payload bytes"), std::string::npos) << op.error;
+      }
+      // The transport still works afterwards.
+      std::uint64_t value = 77 + sent;
+      Completion after;
+      if (t.rank() == 0) {
+        t.post_send(1, 5, std::as_bytes(std::span(&value, 1)), after);
+      } else {
+        value = 0;
+        t.post_recv(0, 5, std::as_writable_bytes(std::span(&value, 1)), after);
+      }
+      require_done(wait_for(t, {&after}), after, "message after truncation");
+      EXPECT_EQ(value, 77 + sent);
+    }
+  });
+  EXPECT_EQ(failures(outcomes), "");
+}
+
+TEST_P(TransportTest, BadPeerOrTagIsAnInvalidArgument) {
+  auto outcomes = run_group(kind(), 2, [&](Transport& t) {
+    std::byte b{};
+    Completion op;
+    EXPECT_THROW(t.post_send(2, 0, std::span(&b, 1), op), InvalidArgument);
+    EXPECT_THROW(t.post_send(-1, 0, std::span(&b, 1), op), InvalidArgument);
+    EXPECT_THROW(t.post_recv(2, 0, std::span(&b, 1), op), InvalidArgument);
+    EXPECT_THROW(t.post_recv(0, kMaxTag + 1, std::span(&b, 1), op), InvalidArgument);
+    EXPECT_THROW(t.post_send(0, kMaxTag + 1, std::span(&b, 1), op), InvalidArgument);
+    try {
+      t.post_send(0, kMaxTag + 1, std::span(&b, 1), op);
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("tag"), std::string::npos) << e.what();
+    }
+  });
+  EXPECT_EQ(failures(outcomes), "");
+}
+
+TEST_P(TransportTest, WaitWithNothingArrivingTimesOut) {
+  auto outcomes = run_group(kind(), 2, [&](Transport& t) {
+    std::byte b{};
+    Completion op;
+    t.post_recv(1 - t.rank(), 11, std::span(&b, 1), op);
+    const auto deadline = Clock::now() + std::chrono::milliseconds(300);
+    Completion* ops[] = {&op};
+    EXPECT_EQ(t.wait(ops, deadline), WaitResult::timeout);
+    EXPECT_GE(Clock::now(), deadline) << "timeout reported before the deadline";
+    EXPECT_TRUE(op.pending());
+    // A deadline already in the past returns at once.
+    EXPECT_EQ(t.wait(ops, Clock::now() - std::chrono::seconds(1)), WaitResult::timeout);
+    t.cancel(op);
+    EXPECT_EQ(op.state.load(), State::cancelled);
+  });
+  EXPECT_EQ(failures(outcomes), "");
+}
+
+TEST_P(TransportTest, CancelledReceiveDoesNotConsumeTheNextMessage) {
+  ThreadBarrier barrier(2);
+  auto outcomes = run_group(kind(), 2, [&](Transport& t) {
+    std::uint64_t value = 0;
+    Completion op;
+    if (t.rank() == 1) {
+      t.post_recv(0, 6, std::as_writable_bytes(std::span(&value, 1)), op);
+      t.cancel(op);
+      EXPECT_EQ(op.state.load(), State::cancelled);
+      t.cancel(op);  // cancelling a finished operation changes nothing
+      EXPECT_EQ(op.state.load(), State::cancelled);
+    }
+    barrier.arrive_and_wait();
+    Completion next;
+    if (t.rank() == 0) {
+      value = 4242;
+      t.post_send(1, 6, std::as_bytes(std::span(&value, 1)), next);
+    } else {
+      t.post_recv(0, 6, std::as_writable_bytes(std::span(&value, 1)), next);
+    }
+    require_done(wait_for(t, {&next}), next, "message after cancel");
+    EXPECT_EQ(value, 4242u);
+    EXPECT_EQ(op.state.load(), t.rank() == 1 ? State::cancelled : State::pending);
+  });
+  EXPECT_EQ(failures(outcomes), "");
+}
+
+// ---------------------------------------------------------------------------
+// Abort
+// ---------------------------------------------------------------------------
+TEST_P(TransportTest, AbortFromOneRankStopsWaitsOnEveryRank) {
+  constexpr int kRanks = 4;
+  constexpr int kOrigin = 2;
+  const int code = static_cast<int>(Status::internal);
+  ThreadBarrier posted(kRanks);
+  auto outcomes = run_group(kind(), kRanks, [&](Transport& t) {
+    std::byte b{};
+    Completion never;  // nobody sends this
+    t.post_recv((t.rank() + 1) % kRanks, 21, std::span(&b, 1), never);
+    posted.arrive_and_wait();
+    if (t.rank() == kOrigin) {
+      t.abort(code, "rank 2 lost its data loader");
+      t.abort(static_cast<int>(Status::timeout), "a second abort is ignored");
+    }
+    const auto start = Clock::now();
+    EXPECT_EQ(wait_for(t, {&never}), WaitResult::aborted);
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    std::printf("[ abort    ] %s rank %d: wait returned aborted after %lld ms\n", kind_name(kind()).c_str(),
+                t.rank(), static_cast<long long>(waited.count()));
+    const std::optional<AbortInfo> info = t.abort_info();
+    ASSERT_TRUE(info.has_value());
+    EXPECT_EQ(info->origin_rank, kOrigin);
+    EXPECT_EQ(info->status, code);
+    EXPECT_EQ(info->reason, "rank 2 lost its data loader");
+    // Later waits keep returning aborted; the pending receive can still be cancelled.
+    EXPECT_EQ(wait_for(t, {&never}, std::chrono::seconds(1)), WaitResult::aborted);
+    t.cancel(never);
+    EXPECT_EQ(never.state.load(), State::cancelled);
+  });
+  EXPECT_EQ(failures(outcomes), "");
+}
+
+TEST_P(TransportTest, AbortFromAnotherThreadWakesABlockedWait) {
+  const int code = static_cast<int>(Status::aborted);
+  const std::string long_reason(5000, 'x');  // longer than a control message carries
+  auto outcomes = run_group(kind(), 2, [&](Transport& t) {
+    std::byte b{};
+    Completion never;
+    t.post_recv(1 - t.rank(), 22, std::span(&b, 1), never);
+    std::thread watchdog;
+    if (t.rank() == 0) {
+      watchdog = std::thread([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0 is asleep in wait() by now
+        t.abort(code, long_reason);
+      });
+    }
+    const WaitResult result = wait_for(t, {&never});
+    if (watchdog.joinable()) watchdog.join();
+    EXPECT_EQ(result, WaitResult::aborted);
+    const auto info = t.abort_info();
+    ASSERT_TRUE(info.has_value());
+    EXPECT_EQ(info->origin_rank, 0);
+    EXPECT_EQ(info->status, code);
+    EXPECT_EQ(info->reason, long_reason.substr(0, transport::kMaxAbortReasonBytes));
+    t.cancel(never);
+    EXPECT_EQ(never.state.load(), State::cancelled);
+  }, transport_config(ProgressMode::wake));
+  EXPECT_EQ(failures(outcomes), "");
+}
+
+TEST_P(TransportTest, NoAbortMeansNoAbortInfo) {
+  auto outcomes = run_group(kind(), 2, [&](Transport& t) { EXPECT_FALSE(t.abort_info().has_value()); });
+  EXPECT_EQ(failures(outcomes), "");
+}
+
+// ---------------------------------------------------------------------------
+// Teardown
+// ---------------------------------------------------------------------------
+TEST_P(TransportTest, RanksCanCloseInAnyOrder) {
+  auto outcomes = run_group(kind(), 3, [&](Transport& t) {
+    // A last exchange, then rank 0 leaves at once and the others later.
+    const auto out = pattern(300000, static_cast<std::uint64_t>(t.rank()));
+    std::vector<std::byte> in(out.size());
+    const int next = (t.rank() + 1) % 3;
+    const int prev = (t.rank() + 2) % 3;
+    Completion send, recv;
+    t.post_recv(prev, 1, bytes_of(in), recv);
+    t.post_send(next, 1, bytes_of(out), send);
+    require_done(wait_for(t, {&send, &recv}), recv, "last exchange");
+    EXPECT_TRUE(in == pattern(300000, static_cast<std::uint64_t>(prev)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200 * t.rank()));
+  }, transport_config(), Close::when_done);
+  EXPECT_EQ(failures(outcomes), "");
+}
+
+TEST_P(TransportTest, ReceiveFromAClosedPeerFailsNamingIt) {
+  ThreadBarrier closed(2);
+  auto outcomes = run_group(kind(), 2, [&](Transport& t) {
+    if (t.rank() == 1) {
+      closed.arrive_and_wait();
+      return;  // closes its transport
+    }
+    std::byte b{};
+    Completion orphan;
+    t.post_recv(1, 30, std::span(&b, 1), orphan);
+    closed.arrive_and_wait();
+    // UCX notices a closed peer only through its error detection (which may
+    // take long on shared memory); inproc knows at once. Either way: bounded.
+    const WaitResult result = wait_for(t, {&orphan}, std::chrono::seconds(3));
+    if (result == WaitResult::done) {
+      EXPECT_EQ(orphan.state.load(), State::failed);
+      EXPECT_NE(orphan.error.find("peer rank 1"), std::string::npos) << orphan.error;
+    } else {
+      EXPECT_NE(kind(), Kind::inproc) << "inproc must fail the receive at once";
+      t.cancel(orphan);
+    }
+    // Sends to the departed peer fail (inproc) or are dropped by UCX; neither hangs past the bound.
+    Completion late;
+    t.post_send(1, 31, std::span(&b, 1), late);
+    if (wait_for(t, {&late}, std::chrono::seconds(1)) == WaitResult::done && kind() == Kind::inproc) {
+      EXPECT_EQ(late.state.load(), State::failed);
+      EXPECT_NE(late.error.find("peer rank 1"), std::string::npos) << late.error;
+    }
+    t.cancel(late);
+  }, transport_config(), Close::when_done);
+  EXPECT_EQ(failures(outcomes), "");
+}
+
+// ---------------------------------------------------------------------------
+// CPU of an idle blocked wait: printed, not asserted (read it in the log).
+// ---------------------------------------------------------------------------
+TEST_P(TransportTest, IdleBlockedWaitCpuIsPrinted) {
+  constexpr int kRanks = 8;
+  ThreadBarrier ready(kRanks);
+  std::atomic<double> process_before{0};
+  auto outcomes = run_group(kind(), kRanks, [&](Transport& t) {
+    std::byte b{};
+    Completion never;
+    t.post_recv((t.rank() + 1) % kRanks, 40, std::span(&b, 1), never);
+    ready.arrive_and_wait();
+    if (t.rank() == 0) process_before = cpu_ms(RUSAGE_SELF);
+    const double thread_before = cpu_ms(RUSAGE_THREAD);
+    const auto start = Clock::now();
+    EXPECT_EQ(wait_for(t, {&never}, std::chrono::seconds(1)), WaitResult::timeout);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    const double thread_cpu = cpu_ms(RUSAGE_THREAD) - thread_before;
+    std::printf("[ idle cpu ] %s rank %d: %.1f ms CPU in a %.2f s blocked wait (%.1f ms/s)\n",
+                kind_name(kind()).c_str(), t.rank(), thread_cpu, seconds, thread_cpu / seconds);
+    ready.arrive_and_wait();
+    if (t.rank() == 0) {
+      std::printf("[ idle cpu ] %s whole process, %d ranks waiting: %.1f ms CPU over ~1 s\n",
+                  kind_name(kind()).c_str(), kRanks, cpu_ms(RUSAGE_SELF) - process_before.load());
+    }
+    t.cancel(never);
+  });
+  EXPECT_EQ(failures(outcomes), "");
+}
+
+// ---------------------------------------------------------------------------
+// The UCX abort control message: round trip and rejection of garbage.
+// ---------------------------------------------------------------------------
+TEST(UcxAbortMessage, RoundTrips) {
+  const AbortInfo info{3, static_cast<int>(Status::timeout), "rank 3 timed out in allreduce"};
+  const auto bytes = transport::encode_abort_message(info);
+  const auto back = transport::decode_abort_message(bytes, 4);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->origin_rank, 3);
+  EXPECT_EQ(back->status, info.status);
+  EXPECT_EQ(back->reason, info.reason);
+  const auto empty = transport::decode_abort_message(transport::encode_abort_message({0, 1, ""}), 1);
+  ASSERT_TRUE(empty.has_value());
+  EXPECT_EQ(empty->reason, "");
+}
+
+TEST(UcxAbortMessage, RejectsGarbage) {
+  const auto good = transport::encode_abort_message({1, 2, "why"});
+  auto decode = [](std::vector<std::byte> b, int size = 4) { return transport::decode_abort_message(b, size); };
+  EXPECT_FALSE(decode({}).has_value());
+  EXPECT_FALSE(decode(std::vector<std::byte>(good.begin(), good.begin() + 10)).has_value());  // short
+  EXPECT_FALSE(decode(std::vector<std::byte>(good.begin(), good.end() - 1)).has_value());     // reason cut
+  auto longer = good;
+  longer.push_back(std::byte{0});
+  EXPECT_FALSE(decode(longer).has_value());  // trailing bytes
+  auto bad_magic = good;
+  bad_magic[0] ^= std::byte{1};
+  EXPECT_FALSE(decode(bad_magic).has_value());
+  auto bad_version = good;
+  bad_version[4] = std::byte{9};
+  EXPECT_FALSE(decode(bad_version).has_value());
+  EXPECT_FALSE(decode(good, 1).has_value());  // origin rank 1 is not in a group of 1
+  auto huge_reason = good;
+  huge_reason[18] = std::byte{0x10};  // claims a reason of ~1 MiB
+  EXPECT_FALSE(decode(huge_reason).has_value());
+  // Encoding cuts an over-long reason to what decoding accepts.
+  const auto cut = transport::encode_abort_message({0, 1, std::string(5000, 'r')});
+  const auto back = transport::decode_abort_message(cut, 1);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->reason.size(), transport::kMaxAbortReasonBytes);
+}
+
+TEST(InprocFabric, RejectsBadSizesAndSecondTransportForARank) {
+  EXPECT_THROW(transport::InprocFabric(0), InvalidArgument);
+  auto fabric = std::make_shared<transport::InprocFabric>(2);
+  auto first = transport::make_inproc_transport(fabric, 0, transport_config());
+  EXPECT_THROW(transport::make_inproc_transport(fabric, 0, transport_config()), InvalidArgument);
+  EXPECT_THROW(transport::make_inproc_transport(fabric, 2, transport_config()), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace antdt::transport_test
