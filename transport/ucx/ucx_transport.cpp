@@ -28,6 +28,10 @@ namespace {
 // ---------------------------------------------------------------------------
 constexpr unsigned kRankBits = 20;
 constexpr std::uint64_t kControlBit = std::uint64_t{1} << 63;
+// Within the control space: set for the connection handshake at creation,
+// clear for abort messages (which the wildcard control receive matches).
+constexpr std::uint64_t kHelloBit = std::uint64_t{1} << 62;
+constexpr std::uint64_t kAbortMask = kControlBit | kHelloBit;
 constexpr std::uint64_t kFullMask = ~std::uint64_t{0};
 static_assert(kTagBits + kRankBits < 63, "user tag and source rank must stay clear of the control bit");
 constexpr int kMaxRanks = 1 << kRankBits;
@@ -36,6 +40,7 @@ std::uint64_t data_tag(std::uint64_t tag, int source) noexcept {
   return (tag << kRankBits) | static_cast<std::uint64_t>(source);
 }
 std::uint64_t control_tag(int source) noexcept { return kControlBit | static_cast<std::uint64_t>(source); }
+std::uint64_t hello_tag(int source) noexcept { return kControlBit | kHelloBit | static_cast<std::uint64_t>(source); }
 
 // ---------------------------------------------------------------------------
 // Bounds on every wait inside the transport
@@ -233,6 +238,7 @@ class UcxTransport final : public Transport {
   bool progress_until(const Completion& op, Deadline until);
   bool progress_until_complete(void* request, Deadline until);
   void post_control_recv();
+  void connect_all(std::chrono::milliseconds bound);
   void handle_control_message(ucs_status_t status, std::size_t length);
   void send_abort_messages();
   void push_abort_messages(Deadline until);
@@ -357,8 +363,62 @@ UcxTransport::UcxTransport(Bootstrap& boot, const Config& cfg)
 
   WorkerLock lock(*this);
   post_control_recv();
+  connect_all(cfg.timeout);
   ANTDT_INFO("ucx transport: rank ", rank_, " of ", size_, " ready (worker address ", my_address.size(),
              " bytes)");
+}
+
+// UCX connects an endpoint on its first use, which needs both sides to drive
+// their workers. Doing it now, while every rank is here and progressing, means
+// an abort sent later from a rank that stops progressing right after still
+// goes out at once; and a peer that cannot be reached shows up here, by name.
+void UcxTransport::connect_all(std::chrono::milliseconds bound) {
+  std::vector<void*> requests;
+  std::vector<int> request_peer;
+  auto track = [&](void* request, int peer, std::string_view what) {
+    if (UCS_PTR_IS_ERR(request)) {
+      raise<TransportError>("UCX: connecting to peer rank ", peer, " failed (", what, "): ",
+                            ucs_status_string(UCS_PTR_STATUS(request)));
+    }
+    if (request != nullptr) {
+      requests.push_back(request);
+      request_peer.push_back(peer);
+    }
+  };
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+    param.datatype = ucp_dt_make_contig(1);
+    track(ucp_tag_recv_nbx(worker_.get(), nullptr, 0, hello_tag(peer), kFullMask, &param), peer, "receive");
+  }
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+    param.datatype = ucp_dt_make_contig(1);
+    track(ucp_tag_send_nbx(peers_[static_cast<std::size_t>(peer)].ep, nullptr, 0, hello_tag(rank_), &param), peer,
+          "send");
+  }
+  const Deadline until = Clock::now() + bound;
+  std::string unreachable;
+  std::string failed;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const bool finished = progress_until_complete(requests[i], until);
+    const ucs_status_t status = ucp_request_check_status(requests[i]);
+    if (!finished) {
+      ucp_request_cancel(worker_.get(), requests[i]);
+      unreachable += cat(unreachable.empty() ? "" : ", ", request_peer[i]);
+    } else if (status != UCS_OK) {
+      failed += cat(failed.empty() ? "" : "; ", "rank ", request_peer[i], ": ", ucs_status_string(status));
+    }
+    ucp_request_free(requests[i]);
+  }
+  if (!unreachable.empty()) {
+    raise<TransportError>("UCX: rank ", rank_, " could not connect to peer ranks ", unreachable, " within ",
+                          bound.count(), " ms");
+  }
+  if (!failed.empty()) raise<TransportError>("UCX: rank ", rank_, " could not connect to peers: ", failed);
 }
 
 // ---------------------------------------------------------------------------
@@ -551,12 +611,15 @@ unsigned UcxTransport::drive() {
 }
 
 void UcxTransport::handle_events() {
-  if (peer_failure_pending_) handle_peer_failures();
+  // Control messages first: a peer that aborts and then closes sends its abort
+  // before its endpoints go, and the abort (the root cause) must be on record
+  // before the operations waiting for that peer fail.
   if (control_rx_ready_) {
     control_rx_ready_ = false;
     handle_control_message(control_rx_status_, control_rx_length_);
     post_control_recv();
   }
+  if (peer_failure_pending_) handle_peer_failures();
   if (control_send_pending_.exchange(false, std::memory_order_acq_rel)) send_abort_messages();
 }
 
@@ -837,7 +900,7 @@ void UcxTransport::post_control_recv() {
     param.datatype = ucp_dt_make_contig(1);
     control_rx_ready_ = false;
     void* request =
-        ucp_tag_recv_nbx(worker_.get(), control_rx_.data(), control_rx_.size(), kControlBit, kControlBit, &param);
+        ucp_tag_recv_nbx(worker_.get(), control_rx_.data(), control_rx_.size(), kControlBit, kAbortMask, &param);
     if (UCS_PTR_IS_ERR(request)) {
       raise<TransportError>("UCX: posting the control receive failed: ",
                             ucs_status_string(UCS_PTR_STATUS(request)));
