@@ -420,6 +420,75 @@ TEST_P(TransportTest, AbortFromAnotherThreadWakesABlockedWait) {
   EXPECT_EQ(failures(outcomes), "");
 }
 
+TEST_P(TransportTest, ConcurrentAbortsAgreeOnTheFirst) {
+  constexpr int kAborters = 4;
+  std::array<AbortInfo, 2> seen;
+  ThreadBarrier done_waiting(2);
+  auto outcomes = run_group(kind(), 2, [&](Transport& t) {
+    std::byte b{};
+    Completion never;
+    t.post_recv(1 - t.rank(), 23, std::span(&b, 1), never);
+    std::vector<std::thread> aborters;
+    if (t.rank() == 0) {
+      for (int i = 0; i < kAborters; ++i) {
+        aborters.emplace_back([&t, i] { t.abort(100 + i, "aborter " + std::to_string(i)); });
+      }
+    }
+    const WaitResult result = wait_for(t, {&never});
+    for (auto& a : aborters) a.join();
+    EXPECT_EQ(result, WaitResult::aborted);
+    const auto info = t.abort_info();
+    ASSERT_TRUE(info.has_value());
+    seen[static_cast<std::size_t>(t.rank())] = *info;
+    t.cancel(never);
+    done_waiting.arrive_and_wait();
+  });
+  EXPECT_EQ(failures(outcomes), "");
+  EXPECT_EQ(seen[0].origin_rank, 0);
+  EXPECT_EQ(seen[1].origin_rank, 0);
+  EXPECT_GE(seen[0].status, 100);
+  EXPECT_LT(seen[0].status, 100 + kAborters);
+  EXPECT_EQ(seen[0].reason, "aborter " + std::to_string(seen[0].status - 100));
+  EXPECT_EQ(seen[1].status, seen[0].status) << "the peer saw a different abort than the one that won";
+  EXPECT_EQ(seen[1].reason, seen[0].reason);
+}
+
+TEST_P(TransportTest, AbortJustBeforeClosingStillReachesThePeers) {
+  auto outcomes = run_group(kind(), 3, [&](Transport& t) {
+    if (t.rank() == 0) {
+      t.abort(static_cast<int>(Status::internal), "rank 0 exits");
+      return;  // and closes its transport without ever waiting
+    }
+    std::byte b{};
+    Completion never;
+    t.post_recv(3 - t.rank(), 24, std::span(&b, 1), never);  // ranks 1 and 2 expect each other
+    EXPECT_EQ(wait_for(t, {&never}), WaitResult::aborted);
+    const auto info = t.abort_info();
+    ASSERT_TRUE(info.has_value());
+    EXPECT_EQ(info->origin_rank, 0);
+    EXPECT_EQ(info->reason, "rank 0 exits");
+    t.cancel(never);
+  }, transport_config(), Close::when_done);
+  EXPECT_EQ(failures(outcomes), "");
+}
+
+TEST_P(TransportTest, CancelOfASendThePeerNeverReceivesEnds) {
+  auto outcomes = run_group(kind(), 2, [&](Transport& t) {
+    if (t.rank() == 1) return;  // posts nothing
+    // Large enough that UCX cannot complete it without the receiver (rendezvous).
+    const auto out = pattern(4 << 20, 1);
+    Completion send;
+    t.post_send(1, 25, bytes_of(out), send);
+    EXPECT_EQ(wait_for(t, {&send}, std::chrono::milliseconds(100)), WaitResult::timeout);
+    // After an abort nobody will receive it, and cancel gives up quickly.
+    t.abort(static_cast<int>(Status::aborted), "giving up");
+    t.cancel(send);
+    const State s = send.state.load();
+    EXPECT_TRUE(s == State::cancelled || s == State::done) << state_name(s) << " " << send.error;
+  });
+  EXPECT_EQ(failures(outcomes), "");
+}
+
 TEST_P(TransportTest, NoAbortMeansNoAbortInfo) {
   auto outcomes = run_group(kind(), 2, [&](Transport& t) { EXPECT_FALSE(t.abort_info().has_value()); });
   EXPECT_EQ(failures(outcomes), "");

@@ -109,16 +109,17 @@ class InprocTransport final : public Transport {
 
   WaitResult wait(std::span<Completion* const> ops, Deadline deadline) override {
     for (const Completion* op : ops) ANTDT_CHECK_ARG(op != nullptr, "wait: null operation in the list");
-    if (all_finished(ops)) return WaitResult::done;
+    // An abort wins over completion: once the group aborted, every wait says so.
     if (aborted()) return WaitResult::aborted;
+    if (all_finished(ops)) return WaitResult::done;
 
     // Busy phase: the other ranks' threads do the copying, so polling is all there is to do.
     if (progress_ != ProgressMode::wake) {
       const Deadline spin_end =
           progress_ == ProgressMode::spin ? deadline : std::min(deadline, Clock::now() + spin_);
       while (Clock::now() < spin_end) {
-        if (all_finished(ops)) return WaitResult::done;
         if (aborted()) return WaitResult::aborted;
+        if (all_finished(ops)) return WaitResult::done;
         std::this_thread::yield();
       }
     }
@@ -126,8 +127,8 @@ class InprocTransport final : public Transport {
     InprocFabric::Mailbox& mine = box(rank_);
     std::unique_lock lock(mine.mu);
     for (;;) {
-      if (all_finished(ops)) return WaitResult::done;
       if (aborted()) return WaitResult::aborted;
+      if (all_finished(ops)) return WaitResult::done;
       if (Clock::now() >= deadline) return WaitResult::timeout;
       mine.cv.wait_until(lock, deadline);
     }

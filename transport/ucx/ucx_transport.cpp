@@ -645,11 +645,12 @@ WaitResult UcxTransport::wait(std::span<Completion* const> ops, Deadline deadlin
                                                                    : start + spin_;
   for (;;) {
     const unsigned events = drive();
-    if (all_finished(ops)) return WaitResult::done;
+    // An abort wins over completion: once the group aborted, every wait says so.
     if (aborted()) {
       push_abort_messages(Clock::now() + kAbortLinger);
       return WaitResult::aborted;
     }
+    if (all_finished(ops)) return WaitResult::done;
     const auto now = Clock::now();
     if (now >= deadline) return WaitResult::timeout;
     if (events > 0 || now < spin_end) continue;
