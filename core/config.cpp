@@ -3,6 +3,7 @@
 #include "core/config.hpp"
 
 #include "core/error.hpp"
+#include "scheduler/inject.hpp"
 
 #include <algorithm>
 #include <array>
@@ -10,6 +11,7 @@
 #include <cctype>
 #include <charconv>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -25,6 +27,10 @@ constexpr long long kMaxSpinUs = 1'000'000;
 constexpr long long kMinChunkBytes = 4LL << 10;
 constexpr long long kMaxChunkBytes = 1LL << 30;
 constexpr std::size_t kSecretHexDigits = 32;
+constexpr long long kMinMonitorWindow = 4;
+constexpr long long kMaxMonitorWindow = 65536;
+constexpr long long kMaxShortSteps = 100'000;
+constexpr long long kMaxTraceFlushSteps = 1'000'000;
 
 std::string_view trim(std::string_view s) {
   const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; };
@@ -90,6 +96,22 @@ class Reader {
     const auto parsed = parse_decimal(*value);
     if (!parsed || *parsed < lo || *parsed > hi) {
       invalid(name, *value, cat("an integer in [", lo, ", ", hi, "]", unit.empty() ? "" : " (", unit, unit.empty() ? "" : ")"));
+    }
+    return parsed;
+  }
+
+  // A finite decimal number (digits with an optional fraction, no exponent)
+  // in (lo, hi] when lo_open, else in [lo, hi].
+  std::optional<double> real(std::string_view name, double lo, double hi, bool lo_open) const {
+    auto value = get(name);
+    if (!value) return std::nullopt;
+    double parsed = 0;
+    const char* first = value->data();
+    const char* last = first + value->size();
+    const auto [end, ec] = std::from_chars(first, last, parsed, std::chars_format::fixed);
+    const bool in_range = std::isfinite(parsed) && (lo_open ? parsed > lo : parsed >= lo) && parsed <= hi;
+    if (ec != std::errc() || end != last || !in_range) {
+      invalid(name, *value, cat("a decimal number in ", lo_open ? "(" : "[", lo, ", ", hi, "]"));
     }
     return parsed;
   }
@@ -303,6 +325,23 @@ Config Config::from_env(const Lookup& lookup) {
     c.secret = to_lower(*v);
   }
   if (auto v = env.get("ANTDT_BOOTSTRAP_DIR")) c.bootstrap_dir = *v;
+
+  if (auto v = env.integer("ANTDT_MONITOR_WINDOW", kMinMonitorWindow, kMaxMonitorWindow, "steps")) {
+    c.monitor_window = static_cast<std::size_t>(*v);
+  }
+  if (auto v = env.real("ANTDT_MONITOR_ALPHA", 0, 1, true)) c.monitor_alpha = *v;
+  if (auto v = env.real("ANTDT_MONITOR_THETA", 1, 100, true)) c.monitor_theta = *v;
+  if (auto v = env.integer("ANTDT_MONITOR_SHORT_STEPS", 1, kMaxShortSteps, "steps")) {
+    c.monitor_short_steps = static_cast<int>(*v);
+  }
+  if (auto v = env.real("ANTDT_MONITOR_GRACE_MARGIN", 1, 100, false)) c.monitor_grace_margin = *v;
+  if (auto v = env.get("ANTDT_TRACE_DIR")) c.trace_dir = *v;
+  if (auto v = env.integer("ANTDT_TRACE_FLUSH_STEPS", 1, kMaxTraceFlushSteps, "steps")) {
+    c.trace_flush_steps = static_cast<int>(*v);
+  }
+  if (auto v = env.get("ANTDT_INJECT")) {
+    c.inject = std::make_shared<const sched::InjectSpec>(sched::parse_inject(*v));
+  }
   return c;
 }
 
@@ -333,6 +372,14 @@ std::vector<std::string> Config::describe() const {
   lines.push_back(cat("ANTDT_ROOT=", root.empty() ? "(unset)" : root));
   lines.push_back(cat("ANTDT_SECRET=", secret.empty() ? "(unset)" : "(set, not shown)"));
   lines.push_back(cat("ANTDT_BOOTSTRAP_DIR=", bootstrap_dir));
+  lines.push_back(cat("ANTDT_MONITOR_WINDOW=", monitor_window));
+  lines.push_back(cat("ANTDT_MONITOR_ALPHA=", monitor_alpha));
+  lines.push_back(cat("ANTDT_MONITOR_THETA=", monitor_theta));
+  lines.push_back(cat("ANTDT_MONITOR_SHORT_STEPS=", monitor_short_steps));
+  lines.push_back(cat("ANTDT_MONITOR_GRACE_MARGIN=", monitor_grace_margin));
+  lines.push_back(cat("ANTDT_TRACE_DIR=", trace_dir.empty() ? "(unset)" : trace_dir));
+  lines.push_back(cat("ANTDT_TRACE_FLUSH_STEPS=", trace_flush_steps));
+  lines.push_back(cat("ANTDT_INJECT=", inject ? inject->text : std::string("(unset)")));
   return lines;
 }
 

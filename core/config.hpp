@@ -6,12 +6,17 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace antdt {
+
+namespace sched {
+struct InjectSpec;  // scheduler/inject.hpp
+}
 
 enum class LogLevel { error = 0, warn = 1, info = 2, trace = 3 };
 enum class ProgressMode { automatic, spin, wake };  // ANTDT_PROGRESS
@@ -36,6 +41,16 @@ struct Config {
   std::string root;                                          // ANTDT_ROOT=host:port
   std::string secret;                                        // ANTDT_SECRET (32 hex digits)
   std::string bootstrap_dir = "/tmp";                        // ANTDT_BOOTSTRAP_DIR
+
+  // Monitor (scheduler/monitor.hpp, docs/monitor.md), traces and straggler injection.
+  std::size_t monitor_window = 64;                           // ANTDT_MONITOR_WINDOW, 4..65536 steps
+  double monitor_alpha = 0.3;                                // ANTDT_MONITOR_ALPHA, (0, 1]
+  double monitor_theta = 1.5;                                // ANTDT_MONITOR_THETA, (1, 100]
+  int monitor_short_steps = 10;                              // ANTDT_MONITOR_SHORT_STEPS, 1..100000
+  double monitor_grace_margin = 2.0;                         // ANTDT_MONITOR_GRACE_MARGIN, [1, 100]
+  std::string trace_dir;                                     // ANTDT_TRACE_DIR (empty: no trace)
+  int trace_flush_steps = 100;                               // ANTDT_TRACE_FLUSH_STEPS, 1..1000000
+  std::shared_ptr<const sched::InjectSpec> inject;           // ANTDT_INJECT (null: nothing injected)
 
   // Reads the variables through `lookup` (the process environment by default).
   using Lookup = std::function<std::optional<std::string>(std::string_view name)>;
