@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's test command (what CI runs after tools/setup.sh): configures a
+# The project's test command: installs missing packages (tools/setup.sh), configures a
 # fresh build in ./build with warnings as errors, builds everything and runs
 # every test. GPU tests skip on machines without a GPU.
 #   ANTDT_BUILD_DIR  build directory (default: <repo>/build)
@@ -9,6 +9,8 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${ANTDT_BUILD_DIR:-$repo/build}"
 jobs="${ANTDT_JOBS:-$(nproc)}"
+
+"$repo/tools/setup.sh"
 
 # mpirun in containers: running as root, and more ranks than cores.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
