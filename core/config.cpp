@@ -342,6 +342,7 @@ Config Config::from_env(const Lookup& lookup) {
   if (auto v = env.get("ANTDT_INJECT")) {
     c.inject = std::make_shared<const sched::InjectSpec>(sched::parse_inject(*v));
   }
+  if (auto v = env.integer("ANTDT_NVTX", 0, 1, "1 = NVTX ranges per collective and step")) c.nvtx = *v == 1;
   return c;
 }
 
@@ -380,6 +381,7 @@ std::vector<std::string> Config::describe() const {
   lines.push_back(cat("ANTDT_TRACE_DIR=", trace_dir.empty() ? "(unset)" : trace_dir));
   lines.push_back(cat("ANTDT_TRACE_FLUSH_STEPS=", trace_flush_steps));
   lines.push_back(cat("ANTDT_INJECT=", inject ? inject->text : std::string("(unset)")));
+  lines.push_back(cat("ANTDT_NVTX=", nvtx ? 1 : 0));
   return lines;
 }
 

@@ -51,6 +51,7 @@ struct Config {
   std::string trace_dir;                                     // ANTDT_TRACE_DIR (empty: no trace)
   int trace_flush_steps = 100;                               // ANTDT_TRACE_FLUSH_STEPS, 1..1000000
   std::shared_ptr<const sched::InjectSpec> inject;           // ANTDT_INJECT (null: nothing injected)
+  bool nvtx = false;                                         // ANTDT_NVTX=0|1 (NVTX ranges; CUDA builds only)
 
   // Reads the variables through `lookup` (the process environment by default).
   using Lookup = std::function<std::optional<std::string>(std::string_view name)>;

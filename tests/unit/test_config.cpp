@@ -479,5 +479,79 @@ TEST(Log, BadConfigurationFallsBackToWarnWithoutThrowing) {
   EXPECT_NE(capture.finish().find("WARN] still logs"), std::string::npos);
 }
 
+TEST(Config, NvtxIsOffByDefaultAndTakesZeroOrOne) {
+  EXPECT_FALSE(parse({}).nvtx);
+  EXPECT_FALSE(parse({{"ANTDT_NVTX", "0"}}).nvtx);
+  EXPECT_TRUE(parse({{"ANTDT_NVTX", "1"}}).nvtx);
+  EXPECT_TRUE(parse({{"ANTDT_NVTX", " 1 "}}).nvtx);
+  for (const char* bad : {"2", "-1", "yes", "on", "1.0"}) {
+    const std::string e = error_for({{"ANTDT_NVTX", bad}});
+    EXPECT_NE(e.find("ANTDT_NVTX='"), std::string::npos) << bad << ": " << e;
+    EXPECT_NE(e.find("[0, 1]"), std::string::npos) << bad << ": " << e;
+  }
+  std::string described;
+  for (const auto& line : parse({{"ANTDT_NVTX", "1"}}).describe()) described += line + "\n";
+  EXPECT_NE(described.find("ANTDT_NVTX=1\n"), std::string::npos) << described;
+}
+
+TEST(Config, MonitorTraceAndInjectDefaults) {
+  const Config c = parse({});
+  EXPECT_EQ(c.monitor_window, 64u);
+  EXPECT_DOUBLE_EQ(c.monitor_alpha, 0.3);
+  EXPECT_DOUBLE_EQ(c.monitor_theta, 1.5);
+  EXPECT_EQ(c.monitor_short_steps, 10);
+  EXPECT_DOUBLE_EQ(c.monitor_grace_margin, 2.0);
+  EXPECT_EQ(c.trace_dir, "");
+  EXPECT_EQ(c.trace_flush_steps, 100);
+  EXPECT_EQ(c.inject, nullptr);
+}
+
+TEST(Config, MonitorTraceAndInjectValues) {
+  const Config c = parse({{"ANTDT_MONITOR_WINDOW", "128"},
+                          {"ANTDT_MONITOR_ALPHA", "1"},
+                          {"ANTDT_MONITOR_THETA", " 1.25 "},
+                          {"ANTDT_MONITOR_SHORT_STEPS", "5"},
+                          {"ANTDT_MONITOR_GRACE_MARGIN", "1"},
+                          {"ANTDT_TRACE_DIR", "/tmp/antdt-traces"},
+                          {"ANTDT_TRACE_FLUSH_STEPS", "1"},
+                          {"ANTDT_INJECT", "rank=1:slow=2"}});
+  EXPECT_EQ(c.monitor_window, 128u);
+  EXPECT_DOUBLE_EQ(c.monitor_alpha, 1.0);
+  EXPECT_DOUBLE_EQ(c.monitor_theta, 1.25);
+  EXPECT_EQ(c.monitor_short_steps, 5);
+  EXPECT_DOUBLE_EQ(c.monitor_grace_margin, 1.0);
+  EXPECT_EQ(c.trace_dir, "/tmp/antdt-traces");
+  EXPECT_EQ(c.trace_flush_steps, 1);
+  ASSERT_NE(c.inject, nullptr);
+  std::string described;
+  for (const auto& line : c.describe()) described += line + "\n";
+  for (const char* line : {"ANTDT_MONITOR_WINDOW=128\n", "ANTDT_MONITOR_ALPHA=1\n", "ANTDT_MONITOR_THETA=1.25\n",
+                           "ANTDT_MONITOR_SHORT_STEPS=5\n", "ANTDT_MONITOR_GRACE_MARGIN=1\n",
+                           "ANTDT_TRACE_DIR=/tmp/antdt-traces\n", "ANTDT_TRACE_FLUSH_STEPS=1\n",
+                           "ANTDT_INJECT=rank=1:slow=2\n"}) {
+    EXPECT_NE(described.find(line), std::string::npos) << line << " missing from\n" << described;
+  }
+}
+
+TEST(Config, MonitorTraceAndInjectInvalidValuesNameTheVariable) {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"ANTDT_MONITOR_WINDOW", "3"},        {"ANTDT_MONITOR_WINDOW", "65537"},
+      {"ANTDT_MONITOR_ALPHA", "0"},         {"ANTDT_MONITOR_ALPHA", "1.01"},
+      {"ANTDT_MONITOR_ALPHA", "abc"},       {"ANTDT_MONITOR_ALPHA", "nan"},
+      {"ANTDT_MONITOR_ALPHA", "3e-1"},      {"ANTDT_MONITOR_THETA", "1"},
+      {"ANTDT_MONITOR_THETA", "0.5"},       {"ANTDT_MONITOR_THETA", "inf"},
+      {"ANTDT_MONITOR_SHORT_STEPS", "0"},   {"ANTDT_MONITOR_GRACE_MARGIN", "0.5"},
+      {"ANTDT_MONITOR_GRACE_MARGIN", "2x"}, {"ANTDT_TRACE_FLUSH_STEPS", "0"},
+      {"ANTDT_INJECT", "rank=1:slow=fast"}};
+  for (const auto& [name, value] : bad) {
+    const std::string e = error_for({{name, value}});
+    EXPECT_NE(e.find(name + "='"), std::string::npos) << name << "=" << value << ": " << e;
+    EXPECT_NE(e.find(value), std::string::npos) << name << "=" << value << ": " << e;
+  }
+  EXPECT_NE(error_for({{"ANTDT_MONITOR_ALPHA", "0"}}).find("a decimal number in (0, 1]"), std::string::npos);
+  EXPECT_NE(error_for({{"ANTDT_MONITOR_THETA", "1"}}).find("(1, 100]"), std::string::npos);
+  EXPECT_NE(error_for({{"ANTDT_MONITOR_GRACE_MARGIN", "0.5"}}).find("[1, 100]"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace antdt
