@@ -123,18 +123,22 @@ class Parser {
       if (clause.empty()) continue;
 
       const auto colon = clause.find(':');
-      const std::string_view head = trim(clause.substr(0, colon));
-      if (colon == std::string_view::npos && head.starts_with("seed=")) {
+      const std::string_view head = clause.substr(0, colon);
+      const auto head_eq = head.find('=');
+      const std::string_view head_key = trim(head.substr(0, head_eq));
+      const std::string_view head_value =
+          head_eq == std::string_view::npos ? std::string_view{} : trim(head.substr(head_eq + 1));
+      if (colon == std::string_view::npos && head_eq != std::string_view::npos && head_key == "seed") {
         if (seed_given) fail(clause, "the global seed is given twice");
-        spec.seed = unsigned_value(clause, "seed", trim(head.substr(5)), UINT64_MAX);
+        spec.seed = unsigned_value(clause, "seed", head_value, UINT64_MAX);
         seed_given = true;
         continue;
       }
-      if (!head.starts_with("rank=")) fail(clause, "a clause starts with 'rank=<N|A-B|*>:'");
+      if (head_eq == std::string_view::npos || head_key != "rank") fail(clause, "a clause starts with 'rank=<N|A-B|*>:'");
       if (colon == std::string_view::npos) fail(clause, "missing ':' and keys after the rank");
       InjectClause c;
       c.text = std::string(clause);
-      parse_ranks(clause, trim(head.substr(5)), c);
+      parse_ranks(clause, head_value, c);
 
       std::array<bool, 7> seen{};
       constexpr std::array<std::string_view, 7> kKeys{"slow", "spike_p", "spike_x", "spike_len",
