@@ -11,6 +11,7 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -60,6 +61,10 @@ constexpr auto kAbortLinger = std::chrono::milliseconds(500);
 constexpr auto kFlushBound = std::chrono::seconds(5);
 constexpr auto kFlushBoundAborted = std::chrono::milliseconds(500);
 constexpr auto kCloseBound = std::chrono::seconds(2);
+// Messages nobody received (a collective that failed half-way) are taken off
+// the worker before it goes, so UCX does not warn about each one; bounded.
+constexpr auto kDrainBound = std::chrono::milliseconds(200);
+constexpr int kMaxDrainedMessages = 4096;
 // ucp_worker_progress is called until it reports no events, but not forever.
 constexpr unsigned kMaxProgressRounds = 64;
 // Operation slots made up front; more are made only if more operations are pending at once.
@@ -108,6 +113,20 @@ using WorkerPtr = std::unique_ptr<std::remove_pointer_t<ucp_worker_h>, WorkerDel
 
 void check_ucs(ucs_status_t status, std::string_view what) {
   if (status != UCS_OK) raise<TransportError>("UCX: ", what, " failed: ", ucs_status_string(status));
+}
+
+// UCX 1.13 leaves its shared-memory transports (posix, sysv) out of endpoints
+// that ask for peer error handling unless they advertise it, and then every
+// message between ranks of one host goes over TCP loopback (measured here:
+// 6.5 us and 1.1 GB/s instead of 0.8 us and 11.7 GB/s). These variables make
+// them advertise it (a dead peer is then found by UCX's keepalive). They can
+// only be given through the environment; a value the user set is kept.
+void default_ucx_environment() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    ::setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
+    ::setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
+  });
 }
 
 bool all_finished(std::span<Completion* const> ops) noexcept {
@@ -248,6 +267,7 @@ class UcxTransport final : public Transport {
   void fail_peer(int rank, std::string failure);
   void record_abort(const AbortInfo& info);
   bool aborted() const noexcept { return aborted_.load(std::memory_order_acquire); }
+  void drain_unexpected(Deadline until);
   void close() noexcept;
 
   int rank_;
@@ -302,6 +322,7 @@ UcxTransport::UcxTransport(Bootstrap& boot, const Config& cfg)
   check_peer(rank_, size_, "make_ucx_transport");
 
   // UCX_* environment variables (UCX_TLS, UCX_NET_DEVICES, ...) are read here by UCX itself.
+  default_ucx_environment();
   ucp_config_t* raw_config = nullptr;
   check_ucs(ucp_config_read(nullptr, nullptr, &raw_config), "ucp_config_read");
   ConfigPtr config(raw_config);
@@ -958,6 +979,8 @@ void UcxTransport::close() noexcept {
       slot = next;
     }
 
+    drain_unexpected(Clock::now() + kDrainBound);
+
     const auto flush_bound = aborted() ? std::chrono::duration_cast<Clock::duration>(kFlushBoundAborted)
                                        : std::chrono::duration_cast<Clock::duration>(kFlushBound);
     bool flushed = true;
@@ -994,6 +1017,24 @@ void UcxTransport::close() noexcept {
     }
   } catch (const std::exception& e) {
     log::write(LogLevel::error, cat("ucx transport: closing rank ", rank_, " failed: ", e.what()));
+  }
+}
+
+void UcxTransport::drain_unexpected(Deadline until) {
+  std::vector<std::byte> scratch;
+  for (int drained = 0; drained < kMaxDrainedMessages && Clock::now() < until; ++drained) {
+    ucp_tag_recv_info_t info{};
+    ucp_tag_message_h message = ucp_tag_probe_nb(worker_.get(), 0, 0, /*remove=*/1, &info);
+    if (message == nullptr) return;
+    scratch.resize(info.length);
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+    param.datatype = ucp_dt_make_contig(1);
+    void* request = ucp_tag_msg_recv_nbx(worker_.get(), scratch.data(), scratch.size(), message, &param);
+    if (UCS_PTR_IS_PTR(request) && request != nullptr) {
+      progress_until_complete(request, until);
+      ucp_request_free(request);  // released now, or by UCX when it completes
+    }
   }
 }
 
