@@ -11,6 +11,22 @@
 // Threading: the thread that waits drives the worker. abort() may come from any
 // thread: it records the abort, and whoever holds the worker next sends the
 // control messages (ucp_worker_signal wakes a thread blocked in wait()).
+//
+// Waiting: busy polling, or blocking in poll() on the worker's event fd
+// (UCP_FEATURE_WAKEUP) in slices of at most 100 ms, per Config::progress.
+//
+// Failures: endpoints use UCP_ERR_HANDLING_MODE_PEER; a failed peer's pending
+// operations fail with "peer rank N failed: <UCX status>". UCX 1.13 leaves its
+// shared-memory transports out of such endpoints unless UCX_POSIX_ERROR_HANDLING
+// and UCX_SYSV_ERROR_HANDLING are "y", so the first transport created sets both
+// to "y" in the environment unless the user set them.
+//
+// Cancel: a receive not yet matched ends at once. UCX cannot take back a send;
+// one the peer does not receive within 5 s (200 ms after an abort) is ended by
+// closing the endpoint to that peer, which fails every later operation with it.
+//
+// Creation connects every endpoint (a handshake with each peer), so all ranks
+// of the group must create their transports at about the same time.
 #pragma once
 
 #include "core/bootstrap.hpp"
