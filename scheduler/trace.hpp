@@ -51,6 +51,8 @@ class TraceWriter {
   };
   using File = std::unique_ptr<std::FILE, FileCloser>;
 
+  struct Templates;  // JSON objects reused for every step (trace.cpp)
+
   void fail(std::string_view what, const std::string& path, int error) noexcept;
   bool write_out(File& file, std::string& buffer, const std::string& path) noexcept;
 
@@ -58,6 +60,7 @@ class TraceWriter {
   std::uint32_t flush_steps_;
   std::string jsonl_path_, chrome_path_;
   File jsonl_, chrome_;
+  std::unique_ptr<Templates> templates_;
   std::string jsonl_buffer_, chrome_buffer_;
   std::uint64_t steps_ = 0;
   std::uint32_t since_flush_ = 0;
