@@ -1,6 +1,9 @@
 // The CUDA entry points for builds without nvcc: no device (the reason says
-// so), every pointer is host memory, NVTX ranges are no-ops.
+// so), every pointer is host memory, NVTX ranges are no-ops, CUDA IPC is
+// unsupported.
+#include "core/error.hpp"
 #include "cuda/cuda_runtime.hpp"
+#include "cuda/ipc.hpp"
 #include "cuda/memory_type.hpp"
 #include "cuda/nvtx.hpp"
 
@@ -19,5 +22,9 @@ bool nvtx_enabled() noexcept { return false; }
 void nvtx_push(const char*) noexcept {}
 
 void nvtx_pop() noexcept {}
+
+IpcHandle ipc_export(const void*, std::size_t) { raise<UnsupportedError>("CUDA IPC export: built without CUDA"); }
+
+IpcMapping::IpcMapping(const IpcHandle&) { raise<UnsupportedError>("CUDA IPC mapping: built without CUDA"); }
 
 }  // namespace antdt::cuda
