@@ -121,6 +121,7 @@ int main(int argc, char** argv) {
   std::string trace_dir;
   bool no_trace = false;
   std::uint32_t flush_steps = 100;
+  int scale_ranks = 8192;
   app.add_option("-n,--steps", steps, "steps per run")->check(CLI::Range(10, 1000000));
   app.add_option("-r,--reps", reps, "interleaved plain/instrumented repetitions")->check(CLI::Range(1, 1000));
   app.add_option("-c,--compute-ms", compute_ms, "work per step, milliseconds")->check(CLI::Range(0.05, 10000.0));
@@ -128,6 +129,8 @@ int main(int argc, char** argv) {
   app.add_option("-t,--trace-dir", trace_dir, "trace directory (default: a temporary one, removed at exit)");
   app.add_flag("--no-trace", no_trace, "measure without the trace writer");
   app.add_option("--flush-steps", flush_steps, "trace flush interval, steps")->check(CLI::Range(1, 1000000));
+  app.add_option("--scale-ranks", scale_ranks, "ranks of the Monitor scaling figure (0: skip it)")
+      ->check(CLI::Range(0, 1 << 20));
   CLI11_PARSE(app, argc, argv);
 
   std::filesystem::path temp_dir;
@@ -196,6 +199,35 @@ int main(int argc, char** argv) {
               reps, step_ms, median(instrumented_ms), median(overhead_pct),
               *std::min_element(overhead_pct.begin(), overhead_pct.end()),
               *std::max_element(overhead_pct.begin(), overhead_pct.end()));
+
+  // 3. The arbiter at scale: one step = a record from every rank + one
+  // classification pass, as the simulator drives it.
+  if (scale_ranks > 0) {
+    Monitor monitor(scale_ranks, MonitorConfig{});
+    std::vector<StepRecord> records(static_cast<std::size_t>(scale_ranks));
+    std::vector<double> record_s, evaluate_s;
+    for (int step = 0; step < 50; ++step) {
+      for (int rank = 0; rank < scale_ranks; ++rank) {
+        StepRecord& r = records[static_cast<std::size_t>(rank)];
+        r.rank = rank;
+        r.step = static_cast<std::uint64_t>(step);
+        // A spread of speeds and a few stragglers, so the classes are not trivial.
+        r.compute_s = 0.010 * (1 + 0.01 * (rank % 7)) * (rank % 1000 == 3 ? 3 : 1);
+        r.step_s = r.compute_s + 0.002;
+        r.transfer_s = 0.002;
+        r.samples = 32;
+      }
+      const double t0 = now_s();
+      for (const StepRecord& r : records) monitor.record(r);
+      const double t1 = now_s();
+      monitor.evaluate();
+      const double t2 = now_s();
+      record_s.push_back(t1 - t0);
+      evaluate_s.push_back(t2 - t1);
+    }
+    std::printf("# Monitor at %d ranks, median of 50 steps: record all %.3f ms, classify all (evaluate) %.3f ms\n",
+                scale_ranks, median(record_s) * 1e3, median(evaluate_s) * 1e3);
+  }
   if (!temp_dir.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(temp_dir, ec);
