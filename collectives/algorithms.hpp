@@ -8,8 +8,10 @@ namespace antdt::coll {
 
 // Pipelined ring: reduce-scatter then allgather, each rank's segment split in
 // chunks of ANTDT_CHUNK_BYTES; a chunk is forwarded as soon as it is reduced.
+// Runs over `members` in that order (every rank of the communicator when empty);
+// the calling rank must be one of them.
 void allreduce_ring(Call& call, const std::byte* send, std::byte* recv, std::size_t count, DataType dtype,
-                    ReduceOp op);
+                    ReduceOp op, std::span<const int> members = {});
 
 // Pipelined chain root -> root+1 -> ... (large messages).
 void broadcast_chain(Call& call, const std::byte* send, std::byte* recv, std::size_t bytes, int root);

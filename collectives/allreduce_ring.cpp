@@ -52,14 +52,27 @@ struct Cursor {
 }  // namespace
 
 void allreduce_ring(Call& call, const std::byte* send, std::byte* recv, std::size_t count, DataType dtype,
-                    ReduceOp op) {
-  const std::size_t n = static_cast<std::size_t>(call.size());
-  const std::size_t r = static_cast<std::size_t>(call.rank());
+                    ReduceOp op, std::span<const int> members) {
+  // The ring runs over `members` (all ranks when empty), in that order.
+  const std::size_t n = members.empty() ? static_cast<std::size_t>(call.size()) : members.size();
+  std::size_t r = static_cast<std::size_t>(call.rank());
+  if (!members.empty()) {
+    auto me = std::find(members.begin(), members.end(), call.rank());
+    ANTDT_ASSERT(me != members.end());
+    r = static_cast<std::size_t>(me - members.begin());
+  }
+  if (n == 1) {
+    if (send != recv && count > 0) std::memcpy(recv, send, count * dtype_size(dtype));
+    return;
+  }
+  auto rank_at = [&](std::size_t position) {
+    return members.empty() ? static_cast<int>(position) : members[position];
+  };
   const std::size_t esize = dtype_size(dtype);
   const std::size_t chunk_bytes = std::max<std::size_t>(esize, call.config().chunk_bytes);
   const Layout L{n, count, esize, std::max<std::size_t>(1, chunk_bytes / esize)};
-  const int right = static_cast<int>((r + 1) % n);
-  const int left = static_cast<int>((r + n - 1) % n);
+  const int right = rank_at((r + 1) % n);
+  const int left = rank_at((r + n - 1) % n);
   const std::size_t steps = 2 * (n - 1);
   auto send_seg = [&](std::size_t s) { return (r + n * 2 - s % n) % n; };  // (r - s) mod n
   auto recv_seg = [&](std::size_t s) { return (r + n * 2 - s % n - 1) % n; };
