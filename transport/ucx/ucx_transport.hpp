@@ -19,7 +19,8 @@
 // operations fail with "peer rank N failed: <UCX status>". UCX 1.13 leaves its
 // shared-memory transports out of such endpoints unless UCX_POSIX_ERROR_HANDLING
 // and UCX_SYSV_ERROR_HANDLING are "y", so the first transport created sets both
-// to "y" in the environment unless the user set them.
+// to "y" in the environment unless the user set them, and UCX_KEEPALIVE_INTERVAL
+// to 2s (UCX's 20 s would leave a dead rank unnoticed that long).
 //
 // Cancel: a receive not yet matched ends at once. UCX cannot take back a send;
 // one the peer does not receive within 5 s (200 ms after an abort) is ended by
