@@ -56,6 +56,7 @@ void throw_status(Status status, const std::string& message) {
     case Status::remote_abort: throw RemoteAbortError(message);
     case Status::aborted: throw AbortedError(message);
     case Status::unsupported: throw UnsupportedError(message);
+    case Status::resync: throw ResyncError(message);
     case Status::ok:
     case Status::internal: break;
   }

@@ -18,6 +18,7 @@ const char* status_name(Status s) noexcept {
     case Status::aborted: return "aborted";
     case Status::unsupported: return "unsupported";
     case Status::internal: return "internal error";
+    case Status::resync: return "resync needed";
   }
   return "unknown status";
 }
@@ -62,6 +63,21 @@ std::string_view op_name(ReduceOp op) noexcept {
     case ReduceOp::min: return "min";
     case ReduceOp::max: return "max";
     case ReduceOp::avg: return "avg";
+  }
+  return "unknown";
+}
+
+}  // namespace antdt
+
+namespace antdt {
+
+std::string_view straggler_class_name(StragglerClass c) noexcept {
+  switch (c) {
+    case StragglerClass::healthy: return "healthy";
+    case StragglerClass::leader: return "leader";
+    case StragglerClass::deterministic: return "deterministic";
+    case StragglerClass::transient: return "transient";
+    case StragglerClass::persistent: return "persistent";
   }
   return "unknown";
 }

@@ -43,17 +43,6 @@ std::string format_ms(double seconds) {
 
 }  // namespace
 
-std::string_view to_string(StragglerClass c) noexcept {
-  switch (c) {
-    case StragglerClass::healthy: return "healthy";
-    case StragglerClass::leader: return "leader";
-    case StragglerClass::transient: return "transient";
-    case StragglerClass::persistent: return "persistent";
-    case StragglerClass::deterministic: return "deterministic";
-  }
-  return "?";
-}
-
 MonitorConfig MonitorConfig::from(const Config& cfg) {
   MonitorConfig m;
   m.window = cfg.monitor_window;

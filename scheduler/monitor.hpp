@@ -8,6 +8,8 @@
 // median), allocation-free once warm. Thread-safe: every member locks.
 #pragma once
 
+#include <antdt/comm.hpp>
+
 #include "scheduler/step_stats.hpp"
 #include "scheduler/step_timer.hpp"
 
@@ -26,8 +28,10 @@ struct Config;
 
 namespace antdt::sched {
 
-enum class StragglerClass : std::uint8_t { healthy, leader, transient, persistent, deterministic };
-std::string_view to_string(StragglerClass c) noexcept;
+// The public enum (include/antdt/comm.hpp): one definition for the API, the
+// Monitor and the wire.
+using antdt::StragglerClass;
+inline std::string_view to_string(StragglerClass c) noexcept { return straggler_class_name(c); }
 // True for the three straggler kinds.
 constexpr bool is_slow(StragglerClass c) noexcept {
   return c == StragglerClass::transient || c == StragglerClass::persistent || c == StragglerClass::deterministic;

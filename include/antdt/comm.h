@@ -33,7 +33,8 @@ typedef enum {
   ANTDT_ERR_REMOTE_ABORT = 7,     /* another rank aborted the communicator */
   ANTDT_ERR_ABORTED = 8,          /* this rank aborted the communicator */
   ANTDT_ERR_UNSUPPORTED = 9,      /* the operation is not available in this build */
-  ANTDT_ERR_INTERNAL = 10         /* a bug: please report it */
+  ANTDT_ERR_INTERNAL = 10,        /* a bug: please report it */
+  ANTDT_ERR_RESYNC = 11           /* a partial-collective rank fell more results behind than are kept */
 } antdtStatus_t;
 
 typedef enum {

@@ -41,6 +41,7 @@ enum class Status : int {
   aborted = ANTDT_ERR_ABORTED,
   unsupported = ANTDT_ERR_UNSUPPORTED,
   internal = ANTDT_ERR_INTERNAL,
+  resync = ANTDT_ERR_RESYNC,
 };
 
 ANTDT_API const char* status_name(Status s) noexcept;
@@ -69,6 +70,7 @@ ANTDT_DECLARE_ERROR(RemoteAbortError, remote_abort);
 ANTDT_DECLARE_ERROR(AbortedError, aborted);
 ANTDT_DECLARE_ERROR(UnsupportedError, unsupported);
 ANTDT_DECLARE_ERROR(InternalError, internal);
+ANTDT_DECLARE_ERROR(ResyncError, resync);
 #undef ANTDT_DECLARE_ERROR
 
 // ---------------------------------------------------------------------------
@@ -110,6 +112,43 @@ struct UniqueId {
   ANTDT_API static UniqueId from_string(std::string_view hex);
 };
 
+// ---------------------------------------------------------------------------
+// Partial collectives: skipping laggards (docs/partial.md)
+// ---------------------------------------------------------------------------
+// What happens to a contribution that arrives after its step closed.
+enum class LatePolicy : std::uint8_t {
+  wait = 0,   // never late: every step waits for every rank (BSP, equal to a plain allreduce)
+  drop = 1,   // discarded and reported (the data loader puts the samples back)
+  defer = 2,  // added into the next open step, if no more than `staleness` steps late; else dropped
+};
+
+struct PartialOptions {
+  LatePolicy policy = LatePolicy::wait;
+  double weight = 1.0;            // this contribution's weight (its sample count); 0 = contribute nothing
+  std::uint32_t staleness = 1;    // defer: how many steps late a contribution may still be included
+  std::uint64_t samples = 0;      // samples behind this contribution (for the Monitor's throughput)
+};
+
+// The fate of the contribution passed in one call.
+enum class Fate : std::uint8_t {
+  included = 0,  // in the result of its own step
+  deferred = 1,  // in the result of a later step (contribution_step)
+  dropped = 2,   // in no result (too late); the caller should give the samples back
+  none = 3,      // nothing was contributed (weight 0)
+};
+
+struct PartialResult {
+  std::uint64_t step = 0;               // the step whose result is in recv (results come in order 1, 2, ...)
+  Fate fate = Fate::none;
+  std::uint64_t contribution_step = 0;  // included/deferred: the step whose result holds the contribution
+  int participants = 0;                 // contributors to `step`'s result
+  double total_weight = 0;              // their total weight
+  std::uint64_t steps_behind = 0;       // results still to fetch: call again with weight 0 to get them
+};
+
+enum class StragglerClass : std::uint8_t { healthy = 0, leader = 1, deterministic = 2, transient = 3, persistent = 4 };
+ANTDT_API std::string_view straggler_class_name(StragglerClass c) noexcept;
+
 namespace detail { class CommImpl; }
 
 struct CommOptions {
@@ -141,6 +180,18 @@ class ANTDT_API Communicator {
   // Broadcast `count` elements from `root`'s send buffer into every rank's recv buffer.
   void broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root);
   void barrier();
+
+  // One training step's gradient exchange that does not wait for laggards
+  // (unless policy is wait). Every call returns the next result in order;
+  // see PartialResult and docs/partial.md. For avg the result is
+  // sum(w_i * g_i) / sum(w_i) over the included contributions.
+  PartialResult partial_allreduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+                                  const PartialOptions& opts = {});
+  // Ends a run of partial steps: returns once every rank has called it, with
+  // steps_behind = results this rank must still fetch (weight-0 calls, served locally).
+  PartialResult partial_finish();
+  // The class the Monitor gave `rank` at the last closed step (healthy before any).
+  StragglerClass straggler_class(int rank) const;
 
   template <class T>
   void allreduce(std::span<const T> send, std::span<T> recv, ReduceOp op) {
