@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# The GPU check: on a machine with a CUDA GPU (written for one H100/H200),
+# builds what it needs, runs the GPU unit tests, the reduction-kernel
+# benchmark and, where the perf tools take device buffers (ANTDT_MEM=device),
+# a 2-rank AllReduce from host and from device memory. Everything goes to one
+# results file: $OUT/gpu-check.txt when OUT is set, else <build>/gpu-check.txt.
+# Every step runs under `timeout`, inside an overall budget, so the whole check
+# ends well within 10 minutes.
+#   ANTDT_GPU_BUILD_DIR     build directory (default: <repo>/build-gpu; reused if present)
+#   ANTDT_GPU_BUDGET_S      overall budget in seconds (default 540)
+#   ANTDT_GPU_BENCH_BYTES   bytes per buffer for the kernel benchmark (default 256M)
+#   ANTDT_GPU_ARCH          CUDA architecture to build (default: the GPU's, else 90)
+# Exit status: 0 when every step that ran passed, 1 otherwise (skipped steps
+# are not failures), 2 when no GPU is visible.
+set -uo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${ANTDT_GPU_BUILD_DIR:-$repo/build-gpu}"
+budget="${ANTDT_GPU_BUDGET_S:-540}"
+bench_bytes="${ANTDT_GPU_BENCH_BYTES:-256M}"
+jobs="$(nproc)"
+mkdir -p "$build"
+if [[ -n "${OUT:-}" ]]; then
+  mkdir -p "$OUT"
+  results="$OUT/gpu-check.txt"
+else
+  results="$build/gpu-check.txt"
+fi
+: >"$results"
+start_s=$SECONDS
+failures=0
+summary=()
+
+log() { printf '%s\n' "$*" | tee -a "$results"; }
+
+# step NAME MAX_SECONDS COMMAND...: runs COMMAND under timeout (at most the
+# budget left, keeping 20 s for the summary), appends its output to the results.
+step() {
+  local name="$1" max="$2"
+  shift 2
+  local left=$((budget - (SECONDS - start_s) - 20))
+  local limit=$((max < left ? max : left))
+  if ((limit < 10)); then
+    log "== $name: SKIPPED (budget of ${budget}s spent)"
+    summary+=("SKIPPED  $name (budget spent)")
+    return 0
+  fi
+  log ""
+  log "== $name (timeout ${limit}s): $*"
+  local t0=$SECONDS rc
+  timeout --kill-after=10 "$limit" "$@" >>"$results" 2>&1
+  rc=$?
+  local took=$((SECONDS - t0))
+  if ((rc == 0)); then
+    log "-- $name: ok (${took}s)"
+    summary+=("ok       $name (${took}s)")
+  else
+    local why="rc=$rc"
+    ((rc == 124 || rc == 137)) && why="timed out after ${limit}s"
+    log "-- $name: FAILED, $why (${took}s)"
+    summary+=("FAILED   $name ($why, ${took}s)")
+    failures=$((failures + 1))
+  fi
+  return "$rc"
+}
+
+finish() {
+  log ""
+  log "== summary (${SECONDS}s total, budget ${budget}s)"
+  local line
+  for line in "${summary[@]}"; do log "$line"; done
+  log "results: $results"
+  exit "$1"
+}
+
+# ---------------------------------------------------------------------------
+# What machine this is.
+# ---------------------------------------------------------------------------
+log "# antdt GPU check"
+log "date:    $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+log "host:    $(hostname)"
+if git -C "$repo" rev-parse --short HEAD >/dev/null 2>&1; then
+  log "commit:  $(git -C "$repo" rev-parse --short HEAD)$(git -C "$repo" diff --quiet 2>/dev/null || echo ' (with local changes)')"
+fi
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+  log "gpu:     none (nvidia-smi missing or found no GPU)"
+  summary+=("FAILED   no GPU visible")
+  finish 2
+fi
+log "gpu:     $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+log "driver:  $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)"
+log "gpus:    $(nvidia-smi -L | wc -l) visible (CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-unset})"
+arch="${ANTDT_GPU_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')}"
+[[ "$arch" =~ ^[0-9]+$ ]] || arch=90
+if [[ -z "${CUDACXX:-}" && -x /usr/local/cuda/bin/nvcc ]]; then
+  export CUDACXX=/usr/local/cuda/bin/nvcc
+fi
+log "nvcc:    $("${CUDACXX:-nvcc}" --version 2>/dev/null | tail -1)"
+log "arch:    $arch; cores: $jobs; budget: ${budget}s"
+
+# ---------------------------------------------------------------------------
+# Build: only the targets the check runs (antdt_gpu_tests: the CUDA unit
+# tests alone, so a GPU run does not depend on the rest of the unit tests).
+# ---------------------------------------------------------------------------
+step "configure" 150 cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DANTDT_WITH_CUDA=ON -DANTDT_CUDA_ARCHITECTURES="$arch" -DCMAKE_CUDA_ARCHITECTURES="$arch" \
+  -DANTDT_BUILD_TESTS=ON -DANTDT_BUILD_PERF=ON || finish 1
+targets=(antdt_gpu_tests antdt_reduce_kernel_bench)
+perf_takes_device=0
+if grep -qs 'ANTDT_MEM' "$repo"/perf/*.cpp "$repo"/perf/*.hpp; then
+  perf_takes_device=1
+  targets+=(antdt_allreduce_perf)
+fi
+step "build" 330 cmake --build "$build" -j "$jobs" --target "${targets[@]}" || finish 1
+
+# ---------------------------------------------------------------------------
+# GPU unit tests (every kernel against the CPU reference, event timing,
+# staging, IPC across processes, device memory).
+# ---------------------------------------------------------------------------
+step "gpu unit tests" 240 "$build/cuda/antdt_gpu_tests" --gtest_filter='Cuda*:*Gpu*' --gtest_color=no
+# On a GPU machine a skipped GPU test is a failure of the check (driver too
+# old for the runtime, no kernel image for this GPU, CUDA_VISIBLE_DEVICES...).
+skip_reason="$(grep -m1 -o 'no CUDA GPU available: .*' "$results")"
+if [[ -n "$skip_reason" ]]; then
+  log "-- gpu unit tests: the GPU tests SKIPPED on this machine: $skip_reason"
+  summary+=("FAILED   gpu unit tests skipped ($skip_reason)")
+  failures=$((failures + 1))
+fi
+
+# ---------------------------------------------------------------------------
+# Reduction kernel vs device-to-device copy (issue 6 target: >= 85%).
+# ---------------------------------------------------------------------------
+step "reduce kernel bench ($bench_bytes)" 90 "$build/perf/antdt_reduce_kernel_bench" --bytes "$bench_bytes" \
+  --dtypes f32,bf16,f16 --iters 20 --warmup 3
+
+# ---------------------------------------------------------------------------
+# AllReduce from device buffers, 2 ranks on this GPU, beside the same run from
+# host memory (issue 6 targets: staged >= 70% of host; IPC busbw >= 50% of the copy).
+# ---------------------------------------------------------------------------
+if ((perf_takes_device == 0)); then
+  log ""
+  log "== allreduce perf with device buffers: SKIPPED (the perf tools do not read ANTDT_MEM yet)"
+  summary+=("SKIPPED  allreduce perf with device buffers (no ANTDT_MEM support in perf/)")
+elif ! command -v mpirun >/dev/null 2>&1; then
+  log ""
+  log "== allreduce perf with device buffers: SKIPPED (no mpirun)"
+  summary+=("SKIPPED  allreduce perf with device buffers (no mpirun)")
+else
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  export OMPI_MCA_rmaps_base_oversubscribe=1 UCX_WARN_UNUSED_ENV_VARS=n
+  for mem in host device; do
+    step "allreduce perf, 2 ranks, ANTDT_MEM=$mem" 100 \
+      mpirun -np 2 --bind-to none -x ANTDT_MEM="$mem" "$build/perf/antdt_allreduce_perf" \
+      -b 1M -e 256M -f 4 -n 10 -w 3
+  done
+fi
+
+if ((failures > 0)); then finish 1; fi
+finish 0
