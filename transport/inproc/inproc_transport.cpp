@@ -197,8 +197,9 @@ class InprocTransport final : public Transport {
     InprocFabric::Mailbox& owner_box = box(owner);
     {
       std::lock_guard guard(owner_box.mu);
+      // op.handle stays as it is: the owner may be reading it in cancel(), which
+      // looks at it only while the operation is pending.
       if (state == State::failed) op.error = std::move(error);
-      op.handle = nullptr;
       op.state.store(state, std::memory_order_release);
       if (was_in_flight) owner_box.copies_in_flight.fetch_sub(1, std::memory_order_relaxed);
     }
