@@ -23,6 +23,12 @@ const char* kind_name(Kind k) {
     case Kind::allreduce: return "allreduce";
     case Kind::broadcast: return "broadcast";
     case Kind::barrier: return "barrier";
+    case Kind::reduce_scatter: return "reduce_scatter";
+    case Kind::allgather: return "allgather";
+    case Kind::allgatherv: return "allgatherv";
+    case Kind::reduce: return "reduce";
+    case Kind::alltoall: return "alltoall";
+    case Kind::point_to_point: return "send/recv";
   }
   return "?";
 }
@@ -34,6 +40,8 @@ const char* algo_name(Algo a) {
     case Algo::chain: return "chain";
     case Algo::binomial_tree: return "binomial-tree";
     case Algo::dissemination: return "dissemination";
+    case Algo::recursive_doubling: return "recursive-doubling";
+    case Algo::pairwise: return "pairwise";
   }
   return "?";
 }
@@ -54,12 +62,13 @@ std::uint64_t Signature::hash() const noexcept {
   h = mix(h, static_cast<std::uint64_t>(op));
   h = mix(h, static_cast<std::uint64_t>(static_cast<std::int64_t>(root)));
   h = mix(h, static_cast<std::uint64_t>(algo));
+  if (layout != 0) h = mix(h, layout);
   return h;
 }
 
 std::string Signature::describe() const {
   std::string s = cat(kind_name(kind), "(count=", count, ", ", dtype_name(dtype));
-  if (kind == Kind::allreduce) s += cat(", ", op_name(op));
+  if (kind == Kind::allreduce || kind == Kind::reduce_scatter || kind == Kind::reduce) s += cat(", ", op_name(op));
   if (root >= 0) s += cat(", root=", root);
   return s + cat(", ", algo_name(algo), ")");
 }
@@ -91,15 +100,45 @@ void Call::throw_if_aborted() {
   detail::throw_status(status, reason);
 }
 
+Call::Call(detail::CommImpl& comm, const Signature& sig, std::uint64_t seq, std::span<detail::OpSlot> slots)
+    : comm_(comm),
+      own_slots_(slots),
+      sig_(sig),
+      hash_(sig.hash()),
+      seq_(seq),
+      tag_((static_cast<std::uint64_t>(comm.id() & 0xffffffu) << 8) | static_cast<std::uint64_t>(sig.kind)),
+      deadline_(transport::Clock::now() + comm.config().timeout) {
+  ANTDT_ASSERT(!slots.empty());
+  comm_.check_usable();
+  throw_if_aborted();
+}
+
 Call::~Call() {
   for (std::size_t i = 0; i < high_water_; ++i) {
-    auto& slot = comm_.slot(i);
-    if (slot.seq == seq_ && slot.completion.pending()) comm_.transport().cancel(slot.completion);
+    auto& s = op_slot(i);
+    if (s.seq == seq_ && s.completion.pending()) comm_.transport().cancel(s.completion);
   }
 }
 
+detail::OpSlot& Call::op_slot(std::size_t index) {
+  if (own_slots_.empty()) return comm_.slot(index);
+  ANTDT_ASSERT(index < own_slots_.size());
+  return own_slots_[index];
+}
+
+void Call::restart_deadline() { deadline_ = transport::Clock::now() + config().timeout; }
+
+bool Call::cancel(std::size_t index) {
+  auto& s = op_slot(index);
+  ANTDT_ASSERT(s.seq == seq_);
+  if (s.completion.pending()) comm_.transport().cancel(s.completion);
+  if (s.completion.state.load(std::memory_order_acquire) == transport::State::cancelled) return true;
+  check(s);
+  return false;
+}
+
 std::size_t Call::send(std::size_t index, int peer, std::span<const std::byte> payload) {
-  auto& slot = comm_.slot(index);
+  auto& slot = op_slot(index);
   ANTDT_ASSERT(!slot.completion.pending());
   slot.completion.reset();
   slot.completion.header = transport::MessageHeader{transport::MessageHeader::kMagic, comm_.id(), seq_, hash_,
@@ -114,7 +153,7 @@ std::size_t Call::send(std::size_t index, int peer, std::span<const std::byte> p
 }
 
 std::size_t Call::recv(std::size_t index, int peer, std::span<std::byte> payload) {
-  auto& slot = comm_.slot(index);
+  auto& slot = op_slot(index);
   ANTDT_ASSERT(!slot.completion.pending());
   slot.completion.reset();
   slot.peer = peer;
@@ -127,7 +166,7 @@ std::size_t Call::recv(std::size_t index, int peer, std::span<std::byte> payload
 }
 
 bool Call::done(std::size_t index) {
-  auto& slot = comm_.slot(index);
+  auto& slot = op_slot(index);
   if (slot.completion.pending()) comm_.transport().progress();
   if (slot.completion.pending()) return false;
   check(slot);
@@ -135,7 +174,7 @@ bool Call::done(std::size_t index) {
 }
 
 void Call::wait(std::size_t index) {
-  auto& slot = comm_.slot(index);
+  auto& slot = op_slot(index);
   ANTDT_ASSERT(slot.seq == seq_);
   if (slot.completion.pending()) {
     transport::Completion* ops[] = {&slot.completion};
@@ -154,7 +193,7 @@ void Call::wait(std::size_t index) {
 void Call::wait_all() {
   // Slots below the high-water mark that this call did not post belong to earlier calls.
   for (std::size_t i = 0; i < high_water_; ++i)
-    if (comm_.slot(i).seq == seq_) wait(i);
+    if (op_slot(i).seq == seq_) wait(i);
 }
 
 void Call::check(detail::OpSlot& slot) {
@@ -176,6 +215,10 @@ void Call::check(detail::OpSlot& slot) {
   const auto& h = c.header;
   if (h.magic != transport::MessageHeader::kMagic || h.comm_id != comm_.id())
     fail(Status::transport, cat("rank ", rank(), ": malformed message header from rank ", slot.peer));
+  if (h.seq != seq_ && sig_.kind == Kind::point_to_point)
+    fail(Status::mismatch, cat("rank ", rank(), " posted receive #", seq_, " from rank ", slot.peer,
+                               " but that rank's matching send is its #", h.seq, " to this rank (",
+                               sig_.describe(), "): the two ranks called send/recv in different numbers"));
   if (h.seq != seq_)
     fail(Status::mismatch, cat("rank ", rank(), " is in collective #", seq_, " (", sig_.describe(), ") but rank ",
                                slot.peer, " is in collective #", h.seq,

@@ -16,8 +16,15 @@
 
 namespace antdt::coll {
 
-enum class Kind : std::uint8_t { allreduce = 1, broadcast = 2, barrier = 3 };
-enum class Algo : std::uint8_t { none = 0, ring = 1, chain = 2, binomial_tree = 3, dissemination = 4 };
+// The kind is part of the message tag: point-to-point transfers never match a
+// collective's receives (and the reverse), whatever the order of calls.
+enum class Kind : std::uint8_t {
+  allreduce = 1, broadcast = 2, barrier = 3, reduce_scatter = 4, allgather = 5, allgatherv = 6, reduce = 7,
+  alltoall = 8, point_to_point = 9,
+};
+enum class Algo : std::uint8_t {
+  none = 0, ring = 1, chain = 2, binomial_tree = 3, dissemination = 4, recursive_doubling = 5, pairwise = 6,
+};
 
 // What every rank must agree on for one call.
 struct Signature {
@@ -27,6 +34,9 @@ struct Signature {
   ReduceOp op = ReduceOp::sum;
   int root = -1;
   Algo algo = Algo::none;
+  // v-variants: a hash of the per-rank counts, so ranks that disagree on any
+  // rank's count are caught at the first message (0: not a v-variant).
+  std::uint64_t layout = 0;
 
   std::uint64_t hash() const noexcept;
   std::string describe() const;  // "allreduce(count=10, f32, sum, ring)"
@@ -35,6 +45,11 @@ struct Signature {
 class Call {
  public:
   Call(detail::CommImpl& comm, const Signature& sig);
+  // A call outside the collective sequence (point-to-point): `seq` is the
+  // caller's own count (transfers between this pair of ranks so far), and the
+  // operations live in `slots`, owned by the caller, instead of the
+  // communicator's pool, so they may stay in flight while collectives run.
+  Call(detail::CommImpl& comm, const Signature& sig, std::uint64_t seq, std::span<detail::OpSlot> slots);
   // Cancels whatever is still pending, so no buffer is touched after the call returns.
   ~Call();
   Call(const Call&) = delete;
@@ -54,13 +69,21 @@ class Call {
   bool done(std::size_t index);  // non-blocking test (drives progress once)
   // Waits for every operation posted so far.
   void wait_all();
+  // Withdraws a pending operation without failing the call. Returns true when
+  // it was withdrawn, false when it had completed (then checked like wait()).
+  bool cancel(std::size_t index);
+  // Gives waits a fresh ANTDT_TIMEOUT_MS from now (an operation posted early
+  // and waited for much later).
+  void restart_deadline();
 
  private:
   [[noreturn]] void fail(Status status, const std::string& reason);
   void throw_if_aborted();  // throws when this rank or a peer aborted the transport
   void check(detail::OpSlot& slot);
+  detail::OpSlot& op_slot(std::size_t index);
 
   detail::CommImpl& comm_;
+  std::span<detail::OpSlot> own_slots_;  // empty: the communicator's pool
   Signature sig_;
   std::uint64_t hash_;
   std::uint64_t seq_;

@@ -21,13 +21,13 @@ struct InjectSpec;  // scheduler/inject.hpp
 enum class LogLevel { error = 0, warn = 1, info = 2, trace = 3 };
 enum class ProgressMode { automatic, spin, wake };  // ANTDT_PROGRESS
 enum class BindMode { automatic, none, cores, numa };  // ANTDT_BIND
-enum class AllreduceAlgo { automatic, ring };         // ANTDT_ALGO (grows with the collective suite)
+enum class AllreduceAlgo { automatic, ring, recursive_doubling };  // ANTDT_ALGO (docs/collectives.md)
 
 struct Config {
   LogLevel log_level = LogLevel::warn;                       // ANTDT_DEBUG=ERROR|WARN|INFO|TRACE
   std::chrono::milliseconds timeout{60000};                  // ANTDT_TIMEOUT_MS, 1..86400000
   std::string transport = "ucx";                             // ANTDT_TRANSPORT=ucx|inproc
-  AllreduceAlgo allreduce_algo = AllreduceAlgo::automatic;   // ANTDT_ALGO=auto|ring
+  AllreduceAlgo allreduce_algo = AllreduceAlgo::automatic;   // ANTDT_ALGO=auto|ring|recursive_doubling
   std::size_t chunk_bytes = 1u << 20;                        // ANTDT_CHUNK_BYTES, 4K..1G, K/M/G suffixes
   ProgressMode progress = ProgressMode::automatic;           // ANTDT_PROGRESS=auto|spin|wake
   std::chrono::microseconds spin_before_sleep{50};           // ANTDT_SPIN_US, 0..1000000
@@ -52,6 +52,12 @@ struct Config {
   int trace_flush_steps = 100;                               // ANTDT_TRACE_FLUSH_STEPS, 1..1000000
   std::shared_ptr<const sched::InjectSpec> inject;           // ANTDT_INJECT (null: nothing injected)
   bool nvtx = false;                                         // ANTDT_NVTX=0|1 (NVTX ranges; CUDA builds only)
+
+  // Partial collectives (docs/partial.md).
+  double partial_quorum = 0.5;          // ANTDT_PARTIAL_QUORUM, (0, 1]: on-time ranks needed before a step may close
+  double partial_grace_ms = 0;          // ANTDT_PARTIAL_GRACE_MS, [0, 600000]: 0 = from the Monitor
+  std::size_t result_cache = 4;         // ANTDT_RESULT_CACHE, 2..1024 results kept for late ranks
+  int partial_warmup = 5;               // ANTDT_PARTIAL_WARMUP, 0..100000 steps run as BSP while the Monitor learns
 
   // Reads the variables through `lookup` (the process environment by default).
   using Lookup = std::function<std::optional<std::string>(std::string_view name)>;
