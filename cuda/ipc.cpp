@@ -56,7 +56,9 @@ struct OpenedAllocation {
 };
 
 struct MappingCache {
-  std::mutex mu;
+  // Recursive: if creating the shared_ptr in open_allocation() fails, its
+  // deleter (close_allocation) runs while open_allocation holds the lock.
+  std::recursive_mutex mu;
   std::map<CacheKey, std::weak_ptr<OpenedAllocation>> open;
 };
 
