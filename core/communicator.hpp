@@ -29,6 +29,14 @@ struct OpSlot {
   std::uint64_t seq = 0;  // the collective that last posted into this slot
 };
 
+// What collectives/ keeps per communicator between calls (queued non-blocking
+// collectives, open group calls, point-to-point sequence numbers). Its
+// contents are private to collectives/; the communicator only owns it.
+class CollectiveState {
+ public:
+  virtual ~CollectiveState() = default;
+};
+
 class CommImpl {
  public:
   CommImpl(std::unique_ptr<transport::Transport> transport, std::uint32_t comm_id, const Config& cfg);
@@ -57,6 +65,9 @@ class CommImpl {
   // Safe from any thread; never blocks.
   void abort(std::string_view reason) noexcept;
 
+  // Created on first use by collectives/.
+  std::unique_ptr<CollectiveState>& collective_state() noexcept { return collective_state_; }
+
  private:
   std::unique_ptr<transport::Transport> transport_;
   std::uint32_t id_;
@@ -67,6 +78,8 @@ class CommImpl {
   std::vector<std::byte> scratch_;
   mutable std::mutex failure_mu_;
   std::optional<std::pair<Status, std::string>> failure_;
+  // Last, so destroyed first: it cancels in-flight transfers while the transport still works.
+  std::unique_ptr<CollectiveState> collective_state_;
 };
 
 // Throws the antdt::Error subclass that matches `status`.
