@@ -73,11 +73,13 @@ std::string Signature::describe() const {
   return s + cat(", ", algo_name(algo), ")");
 }
 
-Call::Call(detail::CommImpl& comm, const Signature& sig)
+Call::Call(detail::CommImpl& comm, const Signature& sig) : Call(comm, sig, comm.next_seq()) {}
+
+Call::Call(detail::CommImpl& comm, const Signature& sig, std::uint64_t seq)
     : comm_(comm),
       sig_(sig),
       hash_(sig.hash()),
-      seq_(comm.next_seq()),
+      seq_(seq),
       // Within one communicator and one sender, messages match in send order,
       // so the tag only separates communicators and collective kinds; the
       // sequence number travels in the header, where a skipped call is caught.
@@ -129,7 +131,7 @@ detail::OpSlot& Call::op_slot(std::size_t index) {
 void Call::restart_deadline() { deadline_ = transport::Clock::now() + config().timeout; }
 
 bool Call::cancel(std::size_t index) {
-  auto& s = op_slot(index);
+  auto& s = op_slot(index + base_);
   ANTDT_ASSERT(s.seq == seq_);
   if (s.completion.pending()) comm_.transport().cancel(s.completion);
   if (s.completion.state.load(std::memory_order_acquire) == transport::State::cancelled) return true;
@@ -138,6 +140,7 @@ bool Call::cancel(std::size_t index) {
 }
 
 std::size_t Call::send(std::size_t index, int peer, std::span<const std::byte> payload) {
+  index += base_;
   auto& slot = op_slot(index);
   ANTDT_ASSERT(!slot.completion.pending());
   slot.completion.reset();
@@ -149,10 +152,11 @@ std::size_t Call::send(std::size_t index, int peer, std::span<const std::byte> p
   slot.seq = seq_;
   high_water_ = std::max(high_water_, index + 1);
   comm_.transport().post_send(peer, tag_, payload, slot.completion);
-  return index;
+  return index - base_;
 }
 
 std::size_t Call::recv(std::size_t index, int peer, std::span<std::byte> payload) {
+  index += base_;
   auto& slot = op_slot(index);
   ANTDT_ASSERT(!slot.completion.pending());
   slot.completion.reset();
@@ -162,19 +166,20 @@ std::size_t Call::recv(std::size_t index, int peer, std::span<std::byte> payload
   slot.seq = seq_;
   high_water_ = std::max(high_water_, index + 1);
   comm_.transport().post_recv(peer, tag_, payload, slot.completion);
-  return index;
+  return index - base_;
 }
 
 bool Call::done(std::size_t index) {
-  auto& slot = op_slot(index);
+  auto& slot = op_slot(index + base_);
   if (slot.completion.pending()) comm_.transport().progress();
   if (slot.completion.pending()) return false;
   check(slot);
   return true;
 }
 
-void Call::wait(std::size_t index) {
-  auto& slot = op_slot(index);
+void Call::wait(std::size_t index) { wait_slot(op_slot(index + base_)); }
+
+void Call::wait_slot(detail::OpSlot& slot) {
   ANTDT_ASSERT(slot.seq == seq_);
   if (slot.completion.pending()) {
     transport::Completion* ops[] = {&slot.completion};
@@ -193,7 +198,7 @@ void Call::wait(std::size_t index) {
 void Call::wait_all() {
   // Slots below the high-water mark that this call did not post belong to earlier calls.
   for (std::size_t i = 0; i < high_water_; ++i)
-    if (op_slot(i).seq == seq_) wait(i);
+    if (op_slot(i).seq == seq_) wait_slot(op_slot(i));
 }
 
 void Call::check(detail::OpSlot& slot) {

@@ -45,6 +45,10 @@ struct Signature {
 class Call {
  public:
   Call(detail::CommImpl& comm, const Signature& sig);
+  // Partial collectives: the arbiter's step number is the sequence number
+  // (ranks make different numbers of calls), and the communicator's own
+  // sequence of ordinary collectives is left alone.
+  Call(detail::CommImpl& comm, const Signature& sig, std::uint64_t seq);
   // A call outside the collective sequence (point-to-point): `seq` is the
   // caller's own count (transfers between this pair of ranks so far), and the
   // operations live in `slots`, owned by the caller, instead of the
@@ -69,6 +73,10 @@ class Call {
   bool done(std::size_t index);  // non-blocking test (drives progress once)
   // Waits for every operation posted so far.
   void wait_all();
+  // Shifts the slot indexes of later send/recv/wait calls by `base`, so that an
+  // algorithm numbering from 0 can run after operations this call already posted.
+  void set_index_base(std::size_t base) noexcept { base_ = base; }
+  std::size_t next_free_index() const noexcept { return high_water_; }
   // Withdraws a pending operation without failing the call. Returns true when
   // it was withdrawn, false when it had completed (then checked like wait()).
   bool cancel(std::size_t index);
@@ -80,7 +88,8 @@ class Call {
   [[noreturn]] void fail(Status status, const std::string& reason);
   void throw_if_aborted();  // throws when this rank or a peer aborted the transport
   void check(detail::OpSlot& slot);
-  detail::OpSlot& op_slot(std::size_t index);
+  detail::OpSlot& op_slot(std::size_t index);  // absolute index (base_ already added)
+  void wait_slot(detail::OpSlot& slot);
 
   detail::CommImpl& comm_;
   std::span<detail::OpSlot> own_slots_;  // empty: the communicator's pool
@@ -90,6 +99,7 @@ class Call {
   std::uint64_t tag_;
   transport::Deadline deadline_;
   std::size_t high_water_ = 0;  // slots [0, high_water_) may have been posted
+  std::size_t base_ = 0;
 };
 
 }  // namespace antdt::coll
