@@ -29,6 +29,7 @@ namespace antdt::transport_test {
 
 using transport::Clock;
 using transport::Completion;
+using transport::Deadline;
 using transport::Transport;
 using transport::WaitResult;
 
