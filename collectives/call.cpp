@@ -29,6 +29,7 @@ const char* kind_name(Kind k) {
     case Kind::reduce: return "reduce";
     case Kind::alltoall: return "alltoall";
     case Kind::point_to_point: return "send/recv";
+    case Kind::partial: return "partial_allreduce";
   }
   return "?";
 }

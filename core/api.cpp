@@ -42,17 +42,28 @@ void log_startup(const Config& cfg, int rank, int size, std::string_view how) {
   for (const auto& line : cfg.describe()) ANTDT_INFO("  ", line);
 }
 
-// Ranks as threads joined through the public create(): one fabric per id.
+// Ranks as threads joined through the public create(): one group per id.
+struct InprocGroup {
+  std::shared_ptr<transport::InprocFabric> fabric;
+  std::mutex mu;
+  std::vector<control::Endpoints> control;
+  control::Endpoints take_control(int rank) {
+    std::lock_guard lock(mu);
+    return std::move(control.at(static_cast<std::size_t>(rank)));
+  }
+};
 std::mutex inproc_registry_mu;
-std::map<std::array<std::byte, ANTDT_UNIQUE_ID_BYTES>, std::weak_ptr<transport::InprocFabric>> inproc_registry;
+std::map<std::array<std::byte, ANTDT_UNIQUE_ID_BYTES>, std::weak_ptr<InprocGroup>> inproc_registry;
 
-std::shared_ptr<transport::InprocFabric> inproc_fabric_for(const UniqueId& id, int size) {
+std::shared_ptr<InprocGroup> inproc_group_for(const UniqueId& id, int size) {
   std::lock_guard lock(inproc_registry_mu);
   auto& weak = inproc_registry[id.bytes];
-  if (auto fabric = weak.lock()) return fabric;
-  auto fabric = std::make_shared<transport::InprocFabric>(size);
-  weak = fabric;
-  return fabric;
+  if (auto group = weak.lock()) return group;
+  auto group = std::make_shared<InprocGroup>();
+  group->fabric = std::make_shared<transport::InprocFabric>(size);
+  group->control = control::make_inproc_endpoints(size);
+  weak = group;
+  return group;
 }
 
 // Binds this process to its share of the node's cores (ANTDT_BIND) and its
@@ -74,6 +85,21 @@ void place_rank(const Config& cfg, int local_rank, int local_size) {
   topo.bind_memory_to_local_numa();
 }
 
+// Rank 0's own link to its arbiter is a socketpair; the other ranks' links are
+// the bootstrap's connections (already authenticated).
+control::Endpoints control_from(std::vector<net::Fd> links, int rank) {
+  control::Endpoints ep;
+  if (rank != 0) {
+    ep.client = std::move(links.at(0));
+    return ep;
+  }
+  auto [server_end, client_end] = control::socket_pair();
+  links.at(0) = std::move(server_end);
+  ep.server = std::move(links);
+  ep.client = std::move(client_end);
+  return ep;
+}
+
 Communicator create_with(const UniqueId& id, int rank, int size, const Config& cfg, std::string_view how,
                          int local_rank = -1, int local_size = -1) {
   ANTDT_CHECK_ARG(size >= 1, "communicator size must be >= 1, got ", size);
@@ -83,12 +109,13 @@ Communicator create_with(const UniqueId& id, int rank, int size, const Config& c
   if (cfg.transport != "inproc")
     place_rank(cfg, cfg.local_rank.value_or(local_rank), cfg.local_size.value_or(local_size));
   if (cfg.transport == "inproc") {
-    auto t = transport::make_inproc_transport(inproc_fabric_for(id, size), rank, cfg);
-    return detail::make_communicator(std::move(t), comm_id_from(id), cfg);
+    auto group = inproc_group_for(id, size);
+    auto t = transport::make_inproc_transport(group->fabric, rank, cfg);
+    return detail::make_communicator(std::move(t), comm_id_from(id), cfg, group->take_control(rank));
   }
   auto boot = make_tcp_bootstrap(id, rank, size, cfg.timeout);
   auto t = transport::make_ucx_transport(*boot, cfg);
-  return detail::make_communicator(std::move(t), comm_id_from(id), cfg);
+  return detail::make_communicator(std::move(t), comm_id_from(id), cfg, control_from(boot->take_links(), rank));
 }
 
 Communicator single_rank(const Config& cfg) {
@@ -96,7 +123,7 @@ Communicator single_rank(const Config& cfg) {
   log_startup(cfg, 0, 1, "no launcher environment (single rank)");
   Config single = cfg;
   auto t = transport::make_inproc_transport(std::make_shared<transport::InprocFabric>(1), 0, single);
-  return detail::make_communicator(std::move(t), 1, single);
+  return detail::make_communicator(std::move(t), 1, single, std::move(control::make_inproc_endpoints(1).at(0)));
 }
 
 std::array<std::byte, 16> parse_secret(const std::string& hex) {
@@ -169,6 +196,13 @@ void Communicator::broadcast(const void* send, void* recv, std::size_t count, Da
 }
 void Communicator::barrier() { coll::barrier(*impl_); }
 void Communicator::abort(std::string_view reason) noexcept { impl_->abort(reason); }
+
+PartialResult Communicator::partial_allreduce(const void* send, void* recv, std::size_t count, DataType dtype,
+                                              ReduceOp op, const PartialOptions& opts) {
+  return coll::partial_allreduce(*impl_, send, recv, count, dtype, op, opts);
+}
+PartialResult Communicator::partial_finish() { return coll::partial_finish(*impl_); }
+StragglerClass Communicator::straggler_class(int rank) const { return coll::straggler_class(*impl_, rank); }
 
 void Communicator::check_same_extent(std::size_t a, std::size_t b) {
   ANTDT_CHECK_ARG(a == b, "send and recv spans differ in size (", a, " vs ", b, " elements)");
@@ -283,6 +317,14 @@ antdtStatus_t make_handle(antdtComm_t* out, Make&& make) {
 }
 
 }  // namespace
+
+// The C API's error capture and handle check, for core/api_collectives.cpp (core/c_api.hpp).
+namespace antdt::detail {
+antdtStatus_t c_api_call(void (*body)(void*), void* context) noexcept {
+  return guarded([&] { body(context); });
+}
+Communicator& c_api_comm(antdtComm_t comm) { return unwrap(comm); }
+}  // namespace antdt::detail
 
 extern "C" {
 

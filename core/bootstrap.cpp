@@ -181,6 +181,16 @@ class TcpBootstrap final : public Bootstrap {
   int rank() const noexcept override { return rank_; }
   int size() const noexcept override { return size_; }
 
+  std::vector<net::Fd> take_links() override {
+    std::vector<net::Fd> links;
+    if (rank_ == 0)
+      links = std::move(peers_);
+    else
+      links.push_back(std::move(root_fd_));
+    if (links.empty()) links.resize(1);  // size 1: rank 0 has no peers
+    return links;
+  }
+
   std::vector<Bytes> allgather(std::span<const std::byte> mine) override {
     if (size_ == 1) return {Bytes(mine.begin(), mine.end())};
     const auto deadline = Clock::now() + timeout_;

@@ -9,6 +9,8 @@
 
 #include <antdt/comm.hpp>
 
+#include "core/net.hpp"
+
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -31,6 +33,11 @@ class Bootstrap {
   // Every rank contributes `mine`; returns all contributions indexed by rank.
   virtual std::vector<Bytes> allgather(std::span<const std::byte> mine) = 0;
   void barrier() { allgather({}); }
+  // Hands over the bootstrap's authenticated connections for the control
+  // plane: on rank 0 one per rank (index 0 empty), elsewhere the one to rank 0.
+  // Empty for bootstraps without connections (in-process). The bootstrap can
+  // no longer be used afterwards.
+  virtual std::vector<net::Fd> take_links() { return {}; }
 };
 
 // Shared state for ranks-as-threads. Create one per group, hand it to every thread.

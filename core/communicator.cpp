@@ -5,8 +5,9 @@
 
 namespace antdt::detail {
 
-CommImpl::CommImpl(std::unique_ptr<transport::Transport> transport, std::uint32_t comm_id, const Config& cfg)
-    : transport_(std::move(transport)), id_(comm_id), cfg_(cfg) {
+CommImpl::CommImpl(std::unique_ptr<transport::Transport> transport, std::uint32_t comm_id, const Config& cfg,
+                   control::Endpoints control)
+    : transport_(std::move(transport)), id_(comm_id), cfg_(cfg), control_(std::move(control)) {
   ANTDT_ASSERT(transport_ != nullptr);
   rank_ = transport_->rank();
   size_ = transport_->size();
@@ -64,8 +65,8 @@ void throw_status(Status status, const std::string& message) {
 }
 
 Communicator make_communicator(std::unique_ptr<transport::Transport> transport, std::uint32_t comm_id,
-                               const Config& cfg) {
-  return Communicator(std::make_unique<CommImpl>(std::move(transport), comm_id, cfg));
+                               const Config& cfg, control::Endpoints control) {
+  return Communicator(std::make_unique<CommImpl>(std::move(transport), comm_id, cfg, std::move(control)));
 }
 
 }  // namespace antdt::detail

@@ -6,6 +6,7 @@
 #include <antdt/comm.hpp>
 
 #include "core/config.hpp"
+#include "core/control.hpp"
 #include "transport/transport.hpp"
 
 #include <atomic>
@@ -39,7 +40,8 @@ class CollectiveState {
 
 class CommImpl {
  public:
-  CommImpl(std::unique_ptr<transport::Transport> transport, std::uint32_t comm_id, const Config& cfg);
+  CommImpl(std::unique_ptr<transport::Transport> transport, std::uint32_t comm_id, const Config& cfg,
+           control::Endpoints control = {});
   ~CommImpl();
   CommImpl(const CommImpl&) = delete;
   CommImpl& operator=(const CommImpl&) = delete;
@@ -67,6 +69,10 @@ class CommImpl {
 
   // Created on first use by collectives/.
   std::unique_ptr<CollectiveState>& collective_state() noexcept { return collective_state_; }
+  // Partial collectives' result cache, control link and (rank 0) arbiter; created on first use.
+  std::unique_ptr<CollectiveState>& partial_state() noexcept { return partial_state_; }
+  // The control plane to the arbiter (empty when the communicator was made without one).
+  control::Endpoints& control() noexcept { return control_; }
 
  private:
   std::unique_ptr<transport::Transport> transport_;
@@ -78,6 +84,8 @@ class CommImpl {
   std::vector<std::byte> scratch_;
   mutable std::mutex failure_mu_;
   std::optional<std::pair<Status, std::string>> failure_;
+  control::Endpoints control_;
+  std::unique_ptr<CollectiveState> partial_state_;  // may hold the arbiter thread, which uses control_
   // Last, so destroyed first: it cancels in-flight transfers while the transport still works.
   std::unique_ptr<CollectiveState> collective_state_;
 };
@@ -87,6 +95,6 @@ class CommImpl {
 
 // Factories used by the public API, the tests and the tools.
 Communicator make_communicator(std::unique_ptr<transport::Transport> transport, std::uint32_t comm_id,
-                               const Config& cfg);
+                               const Config& cfg, control::Endpoints control = {});
 
 }  // namespace antdt::detail

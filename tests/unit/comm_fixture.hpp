@@ -39,6 +39,7 @@ inline Outcomes run_ranks(int n, TransportKind kind, const std::function<void(Co
   ::setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 0);
   auto fabric = std::make_shared<transport::InprocFabric>(n);
   auto rendezvous = std::make_shared<InprocRendezvous>(n, cfg.timeout);
+  auto control = control::make_inproc_endpoints(n);  // element r is moved into rank r's communicator
   Outcomes outcomes(static_cast<std::size_t>(n));
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
@@ -52,7 +53,8 @@ inline Outcomes run_ranks(int n, TransportKind kind, const std::function<void(Co
           InprocBootstrap boot(rendezvous, r);
           t = transport::make_ucx_transport(boot, cfg);
         }
-        Communicator comm = detail::make_communicator(std::move(t), 42, cfg);
+        Communicator comm =
+            detail::make_communicator(std::move(t), 42, cfg, std::move(control[static_cast<std::size_t>(r)]));
         fn(comm);
       } catch (...) {
         outcomes[static_cast<std::size_t>(r)] = std::current_exception();

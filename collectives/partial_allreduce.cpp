@@ -1,0 +1,341 @@
+// Partial AllReduce: each step's result is reduced among the ranks the arbiter
+// lets in (docs/partial.md). This file is a rank's side:
+//
+//   1. tell the arbiter "my contribution for step s is ready" (control plane);
+//   2. receive its decision for the step that is open: who contributes (the
+//      ring, in rank order), who is late and must be sent the results it
+//      missed, and which on-time rank (the server) sends them;
+//   3. move the data (data plane, one coll::Call whose sequence number is the
+//      step): late ranks post their receives first, contributors run the ring,
+//      then the server pushes cached results to the late ranks;
+//   4. return the next result in this rank's order, R_{applied+1}.
+//
+// Every rank keeps the last K results it applied (ANTDT_RESULT_CACHE), which
+// is what lets a late rank catch up without computing the steps it missed, and
+// lets weight-0 calls fetch those results without any message.
+#include "collectives/algorithms.hpp"
+#include "collectives/collectives.hpp"
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "scheduler/arbiter.hpp"
+#include "scheduler/partial_protocol.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace antdt::coll {
+namespace {
+
+using partial::Clock;
+
+// The last K results, by step.
+class ResultCache {
+ public:
+  void reset(std::size_t slots, std::size_t bytes) {
+    if (slots == data_.size() && bytes == bytes_) return;
+    bytes_ = bytes;
+    data_.assign(slots, std::vector<std::byte>(bytes));
+    step_.assign(slots, 0);
+  }
+  std::size_t bytes() const noexcept { return bytes_; }
+  bool has(std::uint64_t step) const noexcept { return step > 0 && !data_.empty() && step_[index(step)] == step; }
+  std::span<std::byte> get(std::uint64_t step) {
+    ANTDT_ASSERT(has(step));
+    return data_[index(step)];
+  }
+  // The slot that will hold `step` (evicting step - K).
+  std::span<std::byte> claim(std::uint64_t step) {
+    step_[index(step)] = step;
+    return data_[index(step)];
+  }
+
+ private:
+  std::size_t index(std::uint64_t step) const noexcept { return static_cast<std::size_t>(step % data_.size()); }
+  std::size_t bytes_ = 0;
+  std::vector<std::vector<std::byte>> data_;
+  std::vector<std::uint64_t> step_;
+};
+
+struct StepInfo {
+  int participants = 0;
+  double total_weight = 0;
+};
+
+class PartialState final : public detail::CollectiveState {
+ public:
+  PartialState(detail::CommImpl& comm) {
+    auto& ctl = comm.control();
+    if (!ctl)
+      raise<UnsupportedError>("partial collectives need the control plane to the arbiter, which this communicator "
+                              "was created without");
+    link = control::Link(std::move(ctl.client));
+    if (comm.rank() == 0)
+      arbiter = std::make_unique<partial::ArbiterService>(
+          std::move(ctl.server), partial::ArbiterConfig::from(comm.config(), comm.size()), comm.config().timeout);
+    classes.assign(static_cast<std::size_t>(comm.size()), StragglerClass::healthy);
+  }
+
+  control::Link link;
+  std::unique_ptr<partial::ArbiterService> arbiter;  // rank 0 only
+  ResultCache cache;
+  std::vector<StepInfo> info;  // per cache slot
+  std::uint64_t applied = 0;   // results returned to the caller
+  std::uint64_t latest = 0;    // newest result known to exist
+  std::optional<Clock::time_point> last_return;
+  Signature last_signature;    // of the last step (the finish exchange moves data with it)
+  std::vector<StragglerClass> classes;
+  std::vector<std::byte> weighted;  // scratch: this rank's contribution times its weight
+};
+
+PartialState& state_of(detail::CommImpl& comm) {
+  auto& holder = comm.partial_state();
+  if (!holder) holder = std::make_unique<PartialState>(comm);
+  return static_cast<PartialState&>(*holder);
+}
+
+// Partial steps use their own sequence space, apart from ordinary collectives.
+constexpr std::uint64_t kStepSeqBit = std::uint64_t{1} << 62;
+constexpr std::uint64_t kFinishSeqBit = std::uint64_t{1} << 61;
+
+std::uint64_t signature_of(std::size_t count, DataType dtype, ReduceOp op, const PartialOptions& opts) {
+  Signature sig{Kind::partial, count, dtype, op, -1, Algo::ring};
+  std::uint64_t h = sig.hash();
+  h ^= (static_cast<std::uint64_t>(opts.policy) << 8) ^ (static_cast<std::uint64_t>(opts.staleness) << 16);
+  return h * 0x9e3779b97f4a7c15ULL;
+}
+
+void scale(DataType t, std::span<std::byte> data, double factor) {
+  const std::size_t n = data.size() / dtype_size(t);
+  switch (t) {
+    case DataType::f32: {
+      auto* p = reinterpret_cast<float*>(data.data());
+      for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<float>(p[i] * factor);
+      return;
+    }
+    case DataType::f64: {
+      auto* p = reinterpret_cast<double*>(data.data());
+      for (std::size_t i = 0; i < n; ++i) p[i] *= factor;
+      return;
+    }
+    case DataType::f16:
+    case DataType::bf16: {
+      const bool half = t == DataType::f16;
+      auto* p = reinterpret_cast<std::uint16_t*>(data.data());
+      for (std::size_t i = 0; i < n; ++i) {
+        float v = (half ? half_to_float(p[i]) : bf16_to_float(p[i])) * static_cast<float>(factor);
+        p[i] = half ? float_to_half(v) : float_to_bf16(v);
+      }
+      return;
+    }
+    default: raise<InvalidArgument>("weighted avg needs a floating-point dtype, not ", dtype_name(t));
+  }
+}
+
+// Runs the data movement of one decision at this rank. `own_result` is where
+// the ring writes this step's result when this rank contributes to it.
+void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision& d, const Signature& sig,
+               std::uint64_t seq, const std::byte* send, std::byte* own_result, std::size_t count, bool finishing) {
+  const int me = comm.rank();
+  const std::size_t bytes = count * dtype_size(sig.dtype);
+  Call call(comm, sig, seq);
+  auto contributor = std::find_if(d.contributors.begin(), d.contributors.end(), [&](auto& c) { return c.rank == me; });
+  const bool contributes = contributor != d.contributors.end();
+  auto contributes_rank = [&](int r) {
+    return std::any_of(d.contributors.begin(), d.contributors.end(), [&](auto& c) { return c.rank == r; });
+  };
+  // This step's result is pushed only to late ranks that did not compute it in the ring.
+  auto last_pushed = [&](const partial::CatchUp& c) { return finishing || contributes_rank(c.rank) ? d.step - 1 : d.step; };
+  if (finishing) {
+    for (const auto& c : d.catchups) (void)c;
+  }
+
+  // 1. Late ranks post their receives first: the server's sends then always find them.
+  std::size_t index = 0;
+  for (const auto& c : d.catchups) {
+    if (c.rank != me) continue;
+    const std::uint64_t last = finishing ? d.step : last_pushed(c);
+    for (std::uint64_t s = c.from_step; s <= last; ++s) call.recv(index++, d.server, st.cache.claim(s));
+  }
+  // 2. The ring among contributors, in rank order.
+  if (contributes && !finishing) {
+    std::vector<int> members;
+    members.reserve(d.contributors.size());
+    double total = 0;
+    bool equal_weights = true;
+    for (const auto& c : d.contributors) {
+      members.push_back(c.rank);
+      total += c.weight;
+      equal_weights &= c.weight == d.contributors.front().weight;
+    }
+    call.set_index_base(call.next_free_index());
+    if (sig.op != ReduceOp::avg || equal_weights) {
+      // Same code path as a plain allreduce: with every rank and equal weights
+      // the result is bit-identical to allreduce (invariant 5).
+      allreduce_ring(call, send, own_result, count, sig.dtype, sig.op, members);
+    } else {
+      // avg over unequal weights: sum(w_i * g_i) / sum(w_i).
+      st.weighted.assign(send, send + bytes);
+      scale(sig.dtype, st.weighted, contributor->weight);
+      allreduce_ring(call, st.weighted.data(), own_result, count, sig.dtype, ReduceOp::sum, members);
+      scale(sig.dtype, std::span(own_result, bytes), 1.0 / total);
+    }
+    call.set_index_base(0);
+  }
+  // 3. The server sends late ranks what they missed (and this step's result to those not in the ring).
+  if (d.server == me) {
+    std::size_t index_out = call.next_free_index();
+    if (contributes && !finishing && own_result != nullptr && !st.cache.has(d.step)) {
+      auto slot = st.cache.claim(d.step);
+      if (slot.data() != own_result) std::memcpy(slot.data(), own_result, bytes);
+    }
+    for (const auto& c : d.catchups) {
+      const std::uint64_t last = finishing ? d.step : last_pushed(c);
+      for (std::uint64_t s = c.from_step; s <= last; ++s) {
+        if (!st.cache.has(s))
+          raise<InternalError>("partial collectives: rank ", me, " serves step ", s, " but no longer holds it");
+        call.send(index_out++, c.rank, st.cache.get(s));
+      }
+    }
+  }
+  call.wait_all();
+}
+
+}  // namespace
+
+PartialResult partial_allreduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count,
+                                DataType dtype, ReduceOp op, const PartialOptions& opts) {
+  check_dtype(dtype);
+  check_op(op);
+  ANTDT_CHECK_ARG(std::isfinite(opts.weight) && opts.weight >= 0, "partial_allreduce: weight must be finite and >= 0, got ",
+                  opts.weight);
+  ANTDT_CHECK_ARG(static_cast<unsigned>(opts.policy) <= static_cast<unsigned>(LatePolicy::defer),
+                  "partial_allreduce: unknown late policy ", static_cast<unsigned>(opts.policy));
+  ANTDT_CHECK_ARG(count == 0 || recv != nullptr, "partial_allreduce: recv buffer is null with count ", count);
+  ANTDT_CHECK_ARG(count == 0 || opts.weight == 0 || send != nullptr, "partial_allreduce: send buffer is null with count ",
+                  count);
+  const std::size_t bytes = count * dtype_size(dtype);
+  ANTDT_CHECK_ARG(count == 0 || bytes / count == dtype_size(dtype), "partial_allreduce: count ", count,
+                  " overflows size_t");
+  comm.check_usable();
+  PartialState& st = state_of(comm);
+  const Signature sig{Kind::partial, count, dtype, op, -1, Algo::ring};
+  if (st.cache.bytes() != bytes) {
+    ANTDT_CHECK_ARG(st.applied == st.latest, "partial_allreduce: the count or dtype changed while ", st.latest - st.applied,
+                    " results are still to be fetched");
+    st.cache.reset(comm.config().result_cache, bytes);
+    st.info.assign(comm.config().result_cache, {});
+  }
+  st.last_signature = sig;
+  auto* out = static_cast<std::byte*>(recv);
+  const std::uint64_t next = st.applied + 1;
+  PartialResult result;
+  auto finish_call = [&](std::uint64_t step) {
+    if (out != nullptr && bytes > 0 && st.cache.has(step) && st.cache.get(step).data() != out)
+      std::memcpy(out, st.cache.get(step).data(), bytes);
+    const auto& info = st.info[step % st.info.size()];
+    result.step = step;
+    result.participants = info.participants;
+    result.total_weight = info.total_weight;
+    st.applied = step;
+    result.steps_behind = st.latest - st.applied;
+    st.last_return = Clock::now();
+    return result;
+  };
+
+  // Catching up: a result this rank missed is already here.
+  if (opts.weight == 0 && next <= st.latest && st.cache.has(next)) {
+    result.fate = Fate::none;
+    return finish_call(next);
+  }
+
+  partial::Arrival arrival;
+  arrival.rank = comm.rank();
+  arrival.step = next;
+  arrival.weight = opts.weight;
+  arrival.compute_s = st.last_return ? std::chrono::duration<double>(Clock::now() - *st.last_return).count() : 0;
+  arrival.samples = opts.samples;
+  arrival.signature = signature_of(count, dtype, op, opts);
+  arrival.policy = opts.policy;
+  arrival.staleness = opts.staleness;
+  const auto deadline = Clock::now() + comm.config().timeout;
+  try {
+    st.link.send(partial::encode(arrival), deadline);
+  } catch (const Error& e) {
+    raise<TransportError>("partial_allreduce: cannot reach the arbiter on rank 0: ", e.what());
+  }
+  auto reply = st.link.receive(deadline);
+  if (!reply)
+    raise<TimeoutError>("partial_allreduce: rank ", comm.rank(), " waited ", comm.config().timeout.count(),
+                        " ms (ANTDT_TIMEOUT_MS) for the decision on step ", next,
+                        "; are enough ranks calling partial_allreduce?");
+  auto message = partial::decode_from_arbiter(*reply, comm.size());
+  if (auto* failure = std::get_if<partial::Failure>(&message)) {
+    if (failure->status != Status::resync) comm.mark_failed(failure->status, failure->reason);
+    detail::throw_status(failure->status, failure->reason);
+  }
+  const auto& d = std::get<partial::Decision>(message);
+  ANTDT_ASSERT(d.step >= next);
+  st.classes = d.classes;
+
+  auto me = std::find_if(d.contributors.begin(), d.contributors.end(), [&](auto& c) { return c.rank == comm.rank(); });
+  const bool contributes = me != d.contributors.end();
+  // On time: the ring writes straight into the caller's buffer; late: into the cache.
+  std::byte* own_result = nullptr;
+  if (contributes) own_result = next == d.step && out != nullptr ? out : st.cache.claim(d.step).data();
+  move_data(comm, st, d, sig, kStepSeqBit | d.step, static_cast<const std::byte*>(send), own_result, count, false);
+  if (contributes && own_result == out && out != nullptr) {
+    auto slot = st.cache.claim(d.step);
+    if (bytes > 0 && slot.data() != out) std::memcpy(slot.data(), out, bytes);
+  }
+  auto& info = st.info[d.step % st.info.size()];
+  info.participants = static_cast<int>(d.contributors.size());
+  info.total_weight = 0;
+  for (const auto& c : d.contributors) info.total_weight += c.weight;
+  st.latest = std::max(st.latest, d.step);
+
+  if (opts.weight == 0)
+    result.fate = Fate::none;
+  else if (contributes)
+    result.fate = next == d.step ? Fate::included : Fate::deferred;
+  else
+    result.fate = Fate::dropped;
+  if (contributes) result.contribution_step = d.step;
+  return finish_call(next);
+}
+
+PartialResult partial_finish(detail::CommImpl& comm) {
+  comm.check_usable();
+  PartialState& st = state_of(comm);
+  const auto deadline = Clock::now() + comm.config().timeout;
+  st.link.send(partial::encode(partial::Finish{comm.rank(), st.applied}), deadline);
+  auto reply = st.link.receive(deadline);
+  if (!reply)
+    raise<TimeoutError>("partial_finish: rank ", comm.rank(), " waited ", comm.config().timeout.count(),
+                        " ms (ANTDT_TIMEOUT_MS) for every rank to finish");
+  auto message = partial::decode_from_arbiter(*reply, comm.size());
+  if (auto* failure = std::get_if<partial::Failure>(&message)) {
+    if (failure->status != Status::resync) comm.mark_failed(failure->status, failure->reason);
+    detail::throw_status(failure->status, failure->reason);
+  }
+  const auto& d = std::get<partial::Decision>(message);
+  st.classes = d.classes;
+  if (!d.catchups.empty())
+    move_data(comm, st, d, st.last_signature, kFinishSeqBit | d.step, nullptr, nullptr, st.last_signature.count, true);
+  st.latest = std::max(st.latest, d.step);
+  PartialResult result;
+  result.step = st.applied;
+  result.steps_behind = st.latest - st.applied;
+  st.last_return.reset();
+  return result;
+}
+
+StragglerClass straggler_class(detail::CommImpl& comm, int rank) {
+  ANTDT_CHECK_ARG(rank >= 0 && rank < comm.size(), "straggler_class: rank ", rank, " out of range");
+  auto& holder = comm.partial_state();
+  if (!holder) return StragglerClass::healthy;
+  return static_cast<PartialState&>(*holder).classes[static_cast<std::size_t>(rank)];
+}
+
+}  // namespace antdt::coll

@@ -1,0 +1,287 @@
+#include "scheduler/arbiter.hpp"
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace antdt::partial {
+namespace {
+
+// Before the Monitor has measured anything, and as a floor afterwards.
+constexpr double kMinGraceSeconds = 0.001;
+
+}  // namespace
+
+ArbiterConfig ArbiterConfig::from(const Config& cfg, int ranks) {
+  ArbiterConfig a;
+  a.ranks = ranks;
+  a.result_cache = cfg.result_cache;
+  a.quorum = cfg.partial_quorum;
+  a.grace_s = cfg.partial_grace_ms / 1000.0;
+  a.warmup_steps = cfg.partial_warmup;
+  a.monitor = sched::MonitorConfig::from(cfg);
+  return a;
+}
+
+Arbiter::Arbiter(const ArbiterConfig& cfg)
+    : cfg_(cfg), monitor_(cfg.ranks, cfg.monitor), ranks_(static_cast<std::size_t>(cfg.ranks)) {
+  ANTDT_CHECK_ARG(cfg.ranks >= 1, "arbiter needs at least one rank");
+  ANTDT_CHECK_ARG(cfg.result_cache >= 2, "result cache must hold at least 2 results");
+}
+
+double Arbiter::grace_seconds() const {
+  if (cfg_.grace_s > 0) return cfg_.grace_s;
+  return std::max(kMinGraceSeconds, monitor_.grace());
+}
+
+void Arbiter::fail_all(Status status, const std::string& reason, std::vector<Out>& out) {
+  failed_ = reason;
+  failed_status_ = status;
+  for (int r = 0; r < cfg_.ranks; ++r)
+    if (!ranks_[static_cast<std::size_t>(r)].lost) out.push_back({r, Failure{status, reason}});
+}
+
+void Arbiter::on_arrival(const Arrival& a, Clock::time_point now, std::vector<Out>& out) {
+  auto& s = ranks_[static_cast<std::size_t>(a.rank)];
+  if (failed_) {
+    out.push_back({a.rank, Failure{failed_status_, *failed_}});
+    return;
+  }
+  if (!signature_) {
+    signature_ = a.signature;
+    policy_ = a.policy;
+  } else if (*signature_ != a.signature) {
+    fail_all(Status::mismatch,
+             cat("rank ", a.rank, " called partial_allreduce for step ", a.step,
+                 " with a different count, dtype, op, policy or staleness than the other ranks"),
+             out);
+    return;
+  }
+  if (s.role != Role::absent || s.finished) {
+    fail_all(Status::internal, cat("rank ", a.rank, " arrived twice for step ", open_step_), out);
+    return;
+  }
+  if (a.step > open_step_) {
+    fail_all(Status::internal, cat("rank ", a.rank, " is at step ", a.step, " beyond the open step ", open_step_), out);
+    return;
+  }
+  const std::uint64_t lateness = open_step_ - a.step;
+  if (lateness + 1 > cfg_.result_cache) {
+    // The results it missed are no longer kept anywhere: it must resynchronise.
+    out.push_back({a.rank, Failure{Status::resync,
+                                   cat("rank ", a.rank, " is ", lateness, " steps behind (at step ", a.step,
+                                       ", open step ", open_step_, "); only ", cfg_.result_cache,
+                                       " results are kept (ANTDT_RESULT_CACHE): reload the model and rejoin")}});
+    return;
+  }
+  s.based_on = a.step;
+  s.weight = a.weight;
+  if (lateness == 0)
+    s.role = a.weight > 0 ? Role::on_time : Role::catch_up;
+  else if (a.weight > 0 && a.policy == LatePolicy::defer && lateness <= a.staleness)
+    s.role = Role::deferred;
+  else
+    s.role = Role::catch_up;
+  if (a.compute_s > 0) {
+    sched::StepRecord rec;
+    rec.rank = a.rank;
+    rec.step = a.step;
+    rec.compute_s = a.compute_s;
+    rec.step_s = a.compute_s;
+    rec.samples = a.samples;
+    monitor_.record(rec);
+  }
+  maybe_close(now, out);
+}
+
+void Arbiter::maybe_close(Clock::time_point now, std::vector<Out>& out) {
+  int arrived_on_time = 0, active = 0;
+  bool all_done = true, missing_all_slow = true;
+  for (int r = 0; r < cfg_.ranks; ++r) {
+    const auto& s = ranks_[static_cast<std::size_t>(r)];
+    if (s.role == Role::on_time) ++arrived_on_time;
+    if (!s.lost && !s.finished) ++active;
+    if (!done(s)) {
+      all_done = false;
+      const auto cls = monitor_.classify(r);
+      if (cls != StragglerClass::deterministic && cls != StragglerClass::persistent) missing_all_slow = false;
+    }
+  }
+  bool any_arrived = false;
+  for (const auto& s : ranks_) any_arrived |= s.role != Role::absent;
+  if (!any_arrived) return;
+  if (all_done) {
+    if (arrived_on_time > 0) close_step(out);
+    // Only late ranks are left and everybody else finished: the finish
+    // exchange serves them (maybe_finish), nothing to close here.
+    return;
+  }
+  const bool bsp = policy_ == LatePolicy::wait ||
+                   static_cast<int>(open_step_) <= cfg_.warmup_steps;
+  if (bsp) return;
+  const int quorum = std::max(1, static_cast<int>(std::ceil(cfg_.quorum * active - 1e-9)));
+  if (arrived_on_time < quorum) return;
+  if (!quorum_at_) quorum_at_ = now;
+  if (missing_all_slow || now >= *quorum_at_ + std::chrono::duration_cast<Clock::duration>(
+                                                    std::chrono::duration<double>(grace_seconds())))
+    close_step(out);
+}
+
+void Arbiter::close_step(std::vector<Out>& out) {
+  Decision d;
+  d.step = open_step_;
+  for (int r = 0; r < cfg_.ranks; ++r) {
+    const auto& s = ranks_[static_cast<std::size_t>(r)];
+    if (s.role == Role::on_time || s.role == Role::deferred) d.contributors.push_back({r, s.weight, s.based_on});
+    if (s.role == Role::deferred || s.role == Role::catch_up) d.catchups.push_back({r, s.based_on});
+    if (s.role == Role::on_time && d.server < 0) d.server = r;
+  }
+  ANTDT_ASSERT(d.server >= 0);
+  monitor_.evaluate();
+  d.classes.reserve(ranks_.size());
+  for (int r = 0; r < cfg_.ranks; ++r) d.classes.push_back(monitor_.classify(r));
+  for (int r = 0; r < cfg_.ranks; ++r) {
+    auto& s = ranks_[static_cast<std::size_t>(r)];
+    if (s.role != Role::absent) out.push_back({r, d});
+    s.role = Role::absent;
+  }
+  ++open_step_;
+  quorum_at_.reset();
+}
+
+void Arbiter::on_finish(const Finish& f, Clock::time_point now, std::vector<Out>& out) {
+  auto& s = ranks_[static_cast<std::size_t>(f.rank)];
+  if (failed_) {
+    out.push_back({f.rank, Failure{failed_status_, *failed_}});
+    return;
+  }
+  if (s.role != Role::absent || s.finished) {
+    fail_all(Status::internal, cat("rank ", f.rank, " finished while it had a step pending"), out);
+    return;
+  }
+  s.finished = true;
+  s.applied_at_finish = f.applied;
+  maybe_close(now, out);  // the open step no longer waits for this rank
+  maybe_finish(out);
+}
+
+void Arbiter::maybe_finish(std::vector<Out>& out) {
+  for (const auto& s : ranks_)
+    if (!s.finished && !s.lost) return;
+  // Every rank finished: late ranks get the results they miss from a rank
+  // that has them all, so that every rank can apply R_1..R_last.
+  const std::uint64_t last = open_step_ - 1;
+  Decision d;
+  d.step = last;
+  for (int r = 0; r < cfg_.ranks; ++r) {
+    const auto& s = ranks_[static_cast<std::size_t>(r)];
+    if (s.lost) continue;
+    if (s.applied_at_finish == last && d.server < 0) d.server = r;
+    if (s.applied_at_finish < last) {
+      if (last - s.applied_at_finish + 1 > cfg_.result_cache) {
+        out.push_back({r, Failure{Status::resync, cat("rank ", r, " finished ", last - s.applied_at_finish,
+                                                       " results behind; only ", cfg_.result_cache, " are kept")}});
+        continue;
+      }
+      d.catchups.push_back({r, s.applied_at_finish + 1});
+    }
+  }
+  d.classes.reserve(ranks_.size());
+  for (int r = 0; r < cfg_.ranks; ++r) d.classes.push_back(monitor_.classify(r));
+  for (int r = 0; r < cfg_.ranks; ++r) {
+    auto& s = ranks_[static_cast<std::size_t>(r)];
+    if (s.finished) out.push_back({r, d});
+    s.finished = false;
+  }
+  // The next run of steps may use another count, dtype, op or policy.
+  signature_.reset();
+}
+
+void Arbiter::on_rank_lost(int rank, Clock::time_point now, std::vector<Out>& out) {
+  auto& s = ranks_[static_cast<std::size_t>(rank)];
+  if (s.lost) return;
+  const bool was_waited_for = !s.finished;
+  s.lost = true;
+  s.role = Role::absent;
+  bool anyone_waiting = false;
+  for (const auto& o : ranks_) anyone_waiting |= !o.lost && (o.role != Role::absent || o.finished);
+  if (!anyone_waiting) return;  // a normal shutdown, or nobody depends on it yet
+  if (policy_ == LatePolicy::wait && was_waited_for) {
+    fail_all(Status::transport, cat("rank ", rank, " left the job (its control link closed) while others waited for it"),
+             out);
+    return;
+  }
+  ANTDT_WARN("partial collectives: rank ", rank, " left; continuing without it");
+  maybe_close(now, out);
+  maybe_finish(out);
+}
+
+void Arbiter::on_tick(Clock::time_point now, std::vector<Out>& out) { maybe_close(now, out); }
+
+std::optional<Clock::time_point> Arbiter::next_deadline() const {
+  if (!quorum_at_) return std::nullopt;
+  return *quorum_at_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace_seconds()));
+}
+
+// ---------------------------------------------------------------------------
+// Service
+// ---------------------------------------------------------------------------
+ArbiterService::ArbiterService(std::vector<net::Fd> links, const ArbiterConfig& cfg,
+                               std::chrono::milliseconds send_timeout)
+    : hub_(std::move(links)), arbiter_(cfg), send_timeout_(send_timeout) {
+  thread_ = std::thread([this] { run(); });
+}
+
+ArbiterService::~ArbiterService() {
+  stop_.store(true);
+  hub_.wake();
+  thread_.join();
+}
+
+void ArbiterService::run() {
+  log::set_thread_rank(0);
+  std::vector<Arbiter::Out> out;
+  try {
+    while (!stop_.load()) {
+      const auto deadline = arbiter_.next_deadline().value_or(Clock::now() + std::chrono::seconds(1));
+      auto msg = hub_.receive_any(deadline);
+      const auto now = Clock::now();
+      out.clear();
+      if (!msg) {
+        arbiter_.on_tick(now, out);
+      } else if (msg->closed) {
+        arbiter_.on_rank_lost(msg->rank, now, out);
+      } else {
+        try {
+          auto m = decode_to_arbiter(msg->payload, hub_.size());
+          if (auto* a = std::get_if<Arrival>(&m)) {
+            if (a->rank != msg->rank) raise<BootstrapError>("rank ", msg->rank, " sent an arrival as rank ", a->rank);
+            arbiter_.on_arrival(*a, now, out);
+          } else {
+            const auto& f = std::get<Finish>(m);
+            if (f.rank != msg->rank) raise<BootstrapError>("rank ", msg->rank, " sent a finish as rank ", f.rank);
+            arbiter_.on_finish(f, now, out);
+          }
+        } catch (const BootstrapError& e) {
+          ANTDT_WARN("partial-collective arbiter: garbage from rank ", msg->rank, ": ", e.what());
+          out.push_back({msg->rank, Failure{Status::internal, e.what()}});
+        }
+      }
+      for (const auto& o : out) {
+        try {
+          auto bytes = std::visit([](const auto& m) { return encode(m); }, o.message);
+          hub_.send(o.rank, bytes, Clock::now() + send_timeout_);
+        } catch (const Error& e) {
+          ANTDT_WARN("partial-collective arbiter: cannot reach rank ", o.rank, ": ", e.what());
+        }
+      }
+    }
+  } catch (const std::exception& e) {
+    ANTDT_WARN("partial-collective arbiter stopped: ", e.what());
+  }
+  log::set_thread_rank(-1);
+}
+
+}  // namespace antdt::partial
