@@ -85,6 +85,7 @@ class PartialState final : public detail::CollectiveState {
   std::uint64_t latest = 0;    // newest result known to exist
   std::optional<Clock::time_point> last_return;
   Signature last_signature;    // of the last step (the finish exchange moves data with it)
+  bool run_over = false;       // every other rank finished: only cached results remain
   std::vector<StragglerClass> classes;
   std::vector<std::byte> weighted;  // scratch: this rank's contribution times its weight
 };
@@ -147,10 +148,6 @@ void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision
   };
   // This step's result is pushed only to late ranks that did not compute it in the ring.
   auto last_pushed = [&](const partial::CatchUp& c) { return finishing || contributes_rank(c.rank) ? d.step - 1 : d.step; };
-  if (finishing) {
-    for (const auto& c : d.catchups) (void)c;
-  }
-
   // 1. Late ranks post their receives first: the server's sends then always find them.
   std::size_t index = 0;
   for (const auto& c : d.catchups) {
@@ -245,10 +242,13 @@ PartialResult partial_allreduce(detail::CommImpl& comm, const void* send, void* 
   };
 
   // Catching up: a result this rank missed is already here.
-  if (opts.weight == 0 && next <= st.latest && st.cache.has(next)) {
-    result.fate = Fate::none;
+  if ((opts.weight == 0 || st.run_over) && next <= st.latest && st.cache.has(next)) {
+    result.fate = opts.weight == 0 ? Fate::none : Fate::dropped;
     return finish_call(next);
   }
+  if (st.run_over)
+    raise<InvalidArgument>("partial_allreduce: the run is over (every other rank called partial_finish) and rank ",
+                           comm.rank(), " has applied every result; call partial_finish");
 
   partial::Arrival arrival;
   arrival.rank = comm.rank();
@@ -276,8 +276,20 @@ PartialResult partial_allreduce(detail::CommImpl& comm, const void* send, void* 
     detail::throw_status(failure->status, failure->reason);
   }
   const auto& d = std::get<partial::Decision>(message);
-  ANTDT_ASSERT(d.step >= next);
   st.classes = d.classes;
+  if (d.final) {
+    // The others finished while this rank was late: its contribution joins no
+    // step; it receives the results it missed and the run ends here.
+    st.run_over = true;
+    if (!d.catchups.empty())
+      move_data(comm, st, d, sig, kFinishSeqBit | d.step, nullptr, nullptr, count, true);
+    st.latest = std::max(st.latest, d.step);
+    result.fate = opts.weight == 0 ? Fate::none : Fate::dropped;
+    if (next <= st.latest) return finish_call(next);
+    result.steps_behind = 0;
+    return result;  // step 0: no result left for this call
+  }
+  ANTDT_ASSERT(d.step >= next);
 
   auto me = std::find_if(d.contributors.begin(), d.contributors.end(), [&](auto& c) { return c.rank == comm.rank(); });
   const bool contributes = me != d.contributors.end();
@@ -308,6 +320,15 @@ PartialResult partial_allreduce(detail::CommImpl& comm, const void* send, void* 
 PartialResult partial_finish(detail::CommImpl& comm) {
   comm.check_usable();
   PartialState& st = state_of(comm);
+  if (st.run_over) {
+    // This rank's last arrival already took part in the finish exchange.
+    st.run_over = false;
+    st.last_return.reset();
+    PartialResult result;
+    result.step = st.applied;
+    result.steps_behind = st.latest - st.applied;
+    return result;
+  }
   const auto deadline = Clock::now() + comm.config().timeout;
   st.link.send(partial::encode(partial::Finish{comm.rank(), st.applied}), deadline);
   auto reply = st.link.receive(deadline);

@@ -84,6 +84,7 @@ void Arbiter::on_arrival(const Arrival& a, Clock::time_point now, std::vector<Ou
     s.role = Role::deferred;
   else
     s.role = Role::catch_up;
+  finish_stragglers_if_run_over();
   if (a.compute_s > 0) {
     sched::StepRecord rec;
     rec.rank = a.rank;
@@ -94,6 +95,24 @@ void Arbiter::on_arrival(const Arrival& a, Clock::time_point now, std::vector<Ou
     monitor_.record(rec);
   }
   maybe_close(now, out);
+  maybe_finish(out);
+}
+
+void Arbiter::finish_stragglers_if_run_over() {
+  bool someone_finished = false;
+  for (const auto& s : ranks_) {
+    if (s.lost) continue;
+    if (s.role == Role::on_time) return;           // a step can still close
+    if (!s.finished && s.role == Role::absent) return;  // a rank may still arrive on time
+    someone_finished |= s.finished;
+  }
+  if (!someone_finished) return;
+  for (auto& s : ranks_) {
+    if (s.lost || s.role == Role::absent) continue;
+    s.role = Role::absent;
+    s.finished = true;
+    s.applied_at_finish = s.based_on - 1;
+  }
 }
 
 void Arbiter::maybe_close(Clock::time_point now, std::vector<Out>& out) {
@@ -164,6 +183,7 @@ void Arbiter::on_finish(const Finish& f, Clock::time_point now, std::vector<Out>
   s.finished = true;
   s.applied_at_finish = f.applied;
   maybe_close(now, out);  // the open step no longer waits for this rank
+  finish_stragglers_if_run_over();
   maybe_finish(out);
 }
 
@@ -175,6 +195,7 @@ void Arbiter::maybe_finish(std::vector<Out>& out) {
   const std::uint64_t last = open_step_ - 1;
   Decision d;
   d.step = last;
+  d.final = true;
   for (int r = 0; r < cfg_.ranks; ++r) {
     const auto& s = ranks_[static_cast<std::size_t>(r)];
     if (s.lost) continue;

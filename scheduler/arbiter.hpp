@@ -64,6 +64,9 @@ class Arbiter {
   void maybe_close(Clock::time_point now, std::vector<Out>& out);
   void close_step(std::vector<Out>& out);
   void maybe_finish(std::vector<Out>& out);
+  // When every other rank finished, late arrivals can never join a step:
+  // they become finishes (their contribution dropped) and get the catch-up.
+  void finish_stragglers_if_run_over();
   void fail_all(Status status, const std::string& reason, std::vector<Out>& out);
   bool done(const RankState& s) const noexcept { return s.role != Role::absent || s.finished || s.lost; }
 

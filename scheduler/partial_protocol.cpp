@@ -106,6 +106,7 @@ Bytes encode(const Finish& m) {
 Bytes encode(const Decision& m) {
   Writer w(Kind::decision);
   w.put(m.step);
+  w.put(static_cast<std::uint8_t>(m.final ? 1 : 0));
   w.put(m.server);
   w.put(static_cast<std::uint32_t>(m.contributors.size()));
   for (const auto& c : m.contributors) {
@@ -168,6 +169,9 @@ FromArbiter decode_from_arbiter(std::span<const std::byte> bytes, int ranks) {
     case Kind::decision: {
       Decision m;
       m.step = r.get<std::uint64_t>();
+      auto final_flag = r.get<std::uint8_t>();
+      if (final_flag > 1) raise<BootstrapError>("malformed partial-collective decision: final flag ", int{final_flag});
+      m.final = final_flag == 1;
       m.server = checked_rank(r.get<std::int32_t>(), ranks, true);
       m.contributors.resize(checked_count(r.get<std::uint32_t>(), ranks));
       for (auto& c : m.contributors) {

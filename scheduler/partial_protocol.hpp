@@ -46,7 +46,8 @@ struct CatchUp {
 
 // arbiter -> every rank that takes part in `step`.
 struct Decision {
-  std::uint64_t step = 0;         // 0 in the reply to a finish: no new result, only catch-up
+  std::uint64_t step = 0;         // the step decided; in a final decision, the last step of the run
+  bool final = false;             // the run is over (every rank finished): only catch-up, no new result
   std::int32_t server = -1;       // pushes cached results to the catch-up ranks
   std::vector<Contributor> contributors;  // sorted by rank: the ring order
   std::vector<CatchUp> catchups;

@@ -1,0 +1,324 @@
+// Partial AllReduce with ranks as threads, over every transport: the five
+// invariants of DESIGN §7 (consistency, accounting, weighting, liveness,
+// wait == plain allreduce), with a slowed rank.
+#include "comm_fixture.hpp"
+
+#include "scheduler/arbiter.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <random>
+
+namespace antdt::test {
+namespace {
+
+using Steps = std::vector<std::vector<float>>;  // results applied by one rank, in order
+
+std::uint64_t hash_of(const std::vector<float>& v) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  const auto* p = reinterpret_cast<const unsigned char*>(v.data());
+  for (std::size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+Config partial_config() {
+  Config cfg = test_config();
+  cfg.partial_warmup = 2;
+  cfg.partial_grace_ms = 2;
+  cfg.result_cache = 8;
+  return cfg;
+}
+
+class Partial : public ::testing::TestWithParam<TransportKind> {};
+
+// Invariant 5 (and 1): with `wait`, every step equals the plain allreduce of the same inputs, bit for bit.
+TEST_P(Partial, WaitPolicyEqualsPlainAllreduceBitForBit) {
+  const int n = 4;
+  const std::size_t count = 3001;
+  std::vector<std::vector<std::uint64_t>> partial_hashes(n), plain_hashes(n);
+  auto outcomes = run_ranks(n, GetParam(), [&](Communicator& comm) {
+    std::mt19937 rng(static_cast<unsigned>(comm.rank() * 7 + 1));
+    std::uniform_real_distribution<float> dist(-1, 1);
+    for (int step = 1; step <= 6; ++step) {
+      std::vector<float> grad(count), a(count), b(count);
+      for (auto& g : grad) g = dist(rng);
+      auto r = comm.partial_allreduce(grad.data(), a.data(), count, DataType::f32, ReduceOp::avg,
+                                      PartialOptions{LatePolicy::wait, 1.0, 1, 0});
+      if (r.step != static_cast<std::uint64_t>(step) || r.fate != Fate::included || r.participants != n)
+        throw std::runtime_error(cat("step ", step, ": got step ", r.step, " participants ", r.participants));
+      comm.allreduce(grad.data(), b.data(), count, DataType::f32, ReduceOp::avg);
+      partial_hashes[comm.rank()].push_back(hash_of(a));
+      plain_hashes[comm.rank()].push_back(hash_of(b));
+    }
+    comm.partial_finish();
+  }, partial_config());
+  expect_all_ok(outcomes);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(partial_hashes[r], plain_hashes[r]) << "rank " << r;
+    EXPECT_EQ(partial_hashes[r], partial_hashes[0]) << "rank " << r;
+  }
+}
+
+// A training loop where rank `slow` computes `factor` times longer. Each
+// contribution is a one-hot vector naming (rank, call), so the sum of all
+// applied results shows which contributions were included, and how often.
+struct LoopOutcome {
+  Steps applied;
+  std::vector<int> fate_of_call;  // Fate per contributing call
+  std::vector<std::uint64_t> contribution_step;
+  int calls = 0;
+};
+
+void straggler_loop(Communicator& comm, LatePolicy policy, int steps, int max_calls, int slow, int factor,
+                    LoopOutcome& mine) {
+  const int n = comm.size();
+  const std::size_t count = static_cast<std::size_t>(n * max_calls);
+  std::vector<float> grad(count), result(count);
+  auto step_ms = std::chrono::milliseconds(comm.rank() == slow ? 4 * factor : 4);
+  for (;;) {
+    std::this_thread::sleep_for(step_ms);
+    if (mine.calls >= max_calls) throw std::runtime_error("too many calls");
+    std::fill(grad.begin(), grad.end(), 0.0f);
+    grad[static_cast<std::size_t>(comm.rank() * max_calls + mine.calls)] = 1.0f;
+    auto r = comm.partial_allreduce(grad.data(), result.data(), count, DataType::f32, ReduceOp::sum,
+                                    PartialOptions{policy, 1.0, 1, 1});
+    mine.fate_of_call.push_back(static_cast<int>(r.fate));
+    mine.contribution_step.push_back(r.contribution_step);
+    ++mine.calls;
+    if (r.step == 0) break;  // the run ended while this rank was late
+    mine.applied.push_back(result);
+    while (r.steps_behind > 0) {  // catch up without computing
+      r = comm.partial_allreduce(nullptr, result.data(), count, DataType::f32, ReduceOp::sum,
+                                 PartialOptions{policy, 0.0, 1, 0});
+      if (r.fate != Fate::none) throw std::runtime_error("weight-0 call reported a contribution");
+      mine.applied.push_back(result);
+    }
+    if (static_cast<int>(r.step) >= steps) break;
+  }
+  auto f = comm.partial_finish();
+  while (f.steps_behind > 0) {
+    auto r = comm.partial_allreduce(nullptr, result.data(), count, DataType::f32, ReduceOp::sum,
+                                    PartialOptions{policy, 0.0, 1, 0});
+    mine.applied.push_back(result);
+    f.steps_behind = r.steps_behind;
+  }
+}
+
+void check_invariants(const std::vector<LoopOutcome>& all, int n, int max_calls, bool expect_late) {
+  // 1. Consistency: every rank applied the same sequence of results, bit for bit.
+  for (int r = 1; r < n; ++r) {
+    ASSERT_EQ(all[r].applied.size(), all[0].applied.size()) << "rank " << r << " applied a different number of results";
+    for (std::size_t s = 0; s < all[0].applied.size(); ++s)
+      ASSERT_EQ(hash_of(all[r].applied[s]), hash_of(all[0].applied[s])) << "rank " << r << " step " << s + 1;
+  }
+  // 2. Accounting: each contribution is in exactly one result, or reported dropped.
+  std::vector<double> total(static_cast<std::size_t>(n * max_calls), 0.0);
+  for (const auto& res : all[0].applied)
+    for (std::size_t i = 0; i < total.size(); ++i) total[i] += res[i];
+  int late = 0;
+  for (int r = 0; r < n; ++r) {
+    for (int c = 0; c < all[r].calls; ++c) {
+      const double seen = total[static_cast<std::size_t>(r * max_calls + c)];
+      const auto fate = static_cast<Fate>(all[r].fate_of_call[static_cast<std::size_t>(c)]);
+      if (fate == Fate::dropped) {
+        EXPECT_EQ(seen, 0.0) << "rank " << r << " call " << c << " reported dropped but was included";
+        ++late;
+      } else {
+        EXPECT_EQ(seen, 1.0) << "rank " << r << " call " << c << " (fate " << static_cast<int>(fate)
+                             << ") included " << seen << " times";
+        if (fate == Fate::deferred) ++late;
+        // It sits in the result it was reported in.
+        auto step = all[r].contribution_step[static_cast<std::size_t>(c)];
+        ASSERT_GE(step, 1u);
+        ASSERT_LE(step, all[0].applied.size());
+        EXPECT_EQ(all[0].applied[step - 1][static_cast<std::size_t>(r * max_calls + c)], 1.0f);
+      }
+    }
+  }
+  if (expect_late) {
+    EXPECT_GT(late, 0) << "the slow rank was never late: the test did not exercise skipping";
+  }
+}
+
+TEST_P(Partial, DropSkipsTheSlowRankAndAccountsForEveryContribution) {
+  const int n = 4, steps = 24, max_calls = 64;
+  std::vector<LoopOutcome> all(n);
+  auto outcomes = run_ranks(n, GetParam(), [&](Communicator& comm) {
+    straggler_loop(comm, LatePolicy::drop, steps, max_calls, n - 1, 3, all[static_cast<std::size_t>(comm.rank())]);
+  }, partial_config());
+  expect_all_ok(outcomes);
+  check_invariants(all, n, max_calls, true);
+  // The fast ranks did not wait for the slow one: it made far fewer calls.
+  EXPECT_LT(all[n - 1].calls, all[0].calls);
+}
+
+TEST_P(Partial, DeferAddsLateContributionsToALaterStep) {
+  const int n = 3, steps = 24, max_calls = 64;
+  std::vector<LoopOutcome> all(n);
+  Config cfg = partial_config();
+  auto outcomes = run_ranks(n, GetParam(), [&](Communicator& comm) {
+    straggler_loop(comm, LatePolicy::defer, steps, max_calls, n - 1, 2, all[static_cast<std::size_t>(comm.rank())]);
+  }, cfg);
+  expect_all_ok(outcomes);
+  check_invariants(all, n, max_calls, true);
+}
+
+// Invariant 3: avg over unequal weights is sum(w_i g_i) / sum(w_i).
+TEST_P(Partial, WeightedAverageIsExact) {
+  const int n = 3;
+  std::vector<std::vector<double>> got(n);
+  auto outcomes = run_ranks(n, GetParam(), [&](Communicator& comm) {
+    const double w = comm.rank() + 1.0;  // 1, 2, 3
+    std::vector<double> grad(5, static_cast<double>(comm.rank() * 10)), out(5);
+    auto r = comm.partial_allreduce(grad.data(), out.data(), grad.size(), DataType::f64, ReduceOp::avg,
+                                    PartialOptions{LatePolicy::wait, w, 1, 0});
+    if (r.total_weight != 6.0) throw std::runtime_error(cat("total weight ", r.total_weight));
+    got[comm.rank()] = out;
+    comm.partial_finish();
+  }, partial_config());
+  expect_all_ok(outcomes);
+  const double want = (1 * 0.0 + 2 * 10.0 + 3 * 20.0) / 6.0;
+  for (int r = 0; r < n; ++r)
+    for (double v : got[r]) EXPECT_NEAR(v, want, 1e-12) << "rank " << r;
+}
+
+// Invariant 4: a rank more results behind than are kept gets ResyncError, not a hang.
+TEST_P(Partial, RankTooFarBehindGetsResync) {
+  const int n = 2;
+  Config cfg = partial_config();
+  cfg.result_cache = 2;
+  cfg.partial_warmup = 0;
+  cfg.partial_quorum = 0.5;
+  std::string slow_error;
+  std::mutex mu;
+  std::atomic<bool> slow_done{false};
+  auto outcomes = run_ranks(n, GetParam(), [&](Communicator& comm) {
+    std::vector<float> g(8, 1.0f), out(8);
+    if (comm.rank() == 0) {
+      for (int s = 0; s < 6; ++s) {
+        comm.partial_allreduce(g.data(), out.data(), g.size(), DataType::f32, ReduceOp::sum,
+                               PartialOptions{LatePolicy::drop, 1.0, 1, 0});
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      // Rank 0 hosts the arbiter: stay until the slow rank has had its answer.
+      while (!slow_done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    try {
+      comm.partial_allreduce(g.data(), out.data(), g.size(), DataType::f32, ReduceOp::sum,
+                             PartialOptions{LatePolicy::drop, 1.0, 1, 0});
+    } catch (const ResyncError& e) {
+      std::lock_guard lock(mu);
+      slow_error = e.what();
+    }
+    slow_done.store(true);
+  }, cfg);
+  expect_all_ok(outcomes);
+  EXPECT_NE(slow_error.find("behind"), std::string::npos) << slow_error;
+}
+
+TEST_P(Partial, MismatchedCountIsAnErrorOnEveryRank) {
+  const int n = 3;
+  auto outcomes = run_ranks(n, GetParam(), [&](Communicator& comm) {
+    std::vector<float> g(16, 1.0f), out(16);
+    std::size_t count = comm.rank() == 2 ? 12 : 16;
+    comm.partial_allreduce(g.data(), out.data(), count, DataType::f32, ReduceOp::sum, PartialOptions{});
+  }, partial_config());
+  for (int r = 0; r < n; ++r)
+    EXPECT_TRUE(failed_with<MismatchError>(outcomes, r)) << "rank " << r << ": " << failure_of(outcomes, r);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, Partial, ::testing::Values(TransportKind::inproc, TransportKind::ucx),
+                         [](const auto& param_info) { return to_string(param_info.param); });
+
+// The arbiter's decisions alone, on a fake clock.
+TEST(ArbiterTest, ClosesAtQuorumPlusGraceAndNotBefore) {
+  partial::ArbiterConfig cfg;
+  cfg.ranks = 4;
+  cfg.grace_s = 0.010;
+  cfg.warmup_steps = 0;
+  partial::Arbiter arb(cfg);
+  std::vector<partial::Arbiter::Out> out;
+  auto t0 = partial::Clock::now();
+  auto arrive = [&](int r, std::uint64_t step, partial::Clock::time_point t) {
+    partial::Arrival a;
+    a.rank = r;
+    a.step = step;
+    a.weight = 1;
+    a.policy = LatePolicy::drop;
+    arb.on_arrival(a, t, out);
+  };
+  arrive(0, 1, t0);
+  arrive(1, 1, t0);
+  EXPECT_TRUE(out.empty()) << "closed before the grace period";
+  arb.on_tick(t0 + std::chrono::milliseconds(5), out);
+  EXPECT_TRUE(out.empty()) << "closed before the grace period";
+  arb.on_tick(t0 + std::chrono::milliseconds(11), out);
+  ASSERT_EQ(out.size(), 2u);
+  const auto& d = std::get<partial::Decision>(out[0].message);
+  EXPECT_EQ(d.step, 1u);
+  ASSERT_EQ(d.contributors.size(), 2u);
+  EXPECT_EQ(d.server, 0);
+  out.clear();
+  // Rank 3 is late for step 1: with drop it only catches up in step 2.
+  arrive(3, 1, t0 + std::chrono::milliseconds(12));
+  arrive(0, 2, t0 + std::chrono::milliseconds(13));
+  arrive(1, 2, t0 + std::chrono::milliseconds(13));
+  arrive(2, 2, t0 + std::chrono::milliseconds(13));
+  ASSERT_EQ(out.size(), 4u) << "all four ranks accounted for: the step closes at once";
+  const auto& d2 = std::get<partial::Decision>(out[0].message);
+  EXPECT_EQ(d2.contributors.size(), 3u);
+  ASSERT_EQ(d2.catchups.size(), 1u);
+  EXPECT_EQ(d2.catchups[0].rank, 3);
+  EXPECT_EQ(d2.catchups[0].from_step, 1u);
+}
+
+TEST(ArbiterTest, WaitPolicyNeverClosesWithoutEveryRank) {
+  partial::ArbiterConfig cfg;
+  cfg.ranks = 3;
+  cfg.grace_s = 0.001;
+  cfg.warmup_steps = 0;
+  partial::Arbiter arb(cfg);
+  std::vector<partial::Arbiter::Out> out;
+  auto t0 = partial::Clock::now();
+  for (int r = 0; r < 2; ++r) {
+    partial::Arrival a;
+    a.rank = r;
+    a.step = 1;
+    a.weight = 1;
+    arb.on_arrival(a, t0, out);
+  }
+  arb.on_tick(t0 + std::chrono::seconds(10), out);
+  EXPECT_TRUE(out.empty());
+}
+
+TEST(PartialProtocol, RejectsGarbage) {
+  partial::Decision d;
+  d.step = 3;
+  d.server = 1;
+  d.contributors = {{0, 1.0, 3}, {1, 2.0, 3}};
+  d.catchups = {{2, 2}};
+  d.classes = {StragglerClass::healthy, StragglerClass::leader, StragglerClass::deterministic};
+  auto bytes = partial::encode(d);
+  auto back = std::get<partial::Decision>(partial::decode_from_arbiter(bytes, 3));
+  EXPECT_EQ(back.contributors.size(), 2u);
+  EXPECT_EQ(back.catchups[0].from_step, 2u);
+  EXPECT_THROW(partial::decode_from_arbiter(bytes, 2), BootstrapError);  // rank 2 out of range
+  bytes.pop_back();
+  EXPECT_THROW(partial::decode_from_arbiter(bytes, 3), BootstrapError);
+  std::mt19937 rng(7);
+  for (int i = 0; i < 5000; ++i) {
+    std::vector<std::byte> junk(rng() % 64);
+    for (auto& b : junk) b = static_cast<std::byte>(rng());
+    try { partial::decode_from_arbiter(junk, 4); } catch (const BootstrapError&) {}
+    try { partial::decode_to_arbiter(junk, 4); } catch (const BootstrapError&) {}
+  }
+}
+
+}  // namespace
+}  // namespace antdt::test
