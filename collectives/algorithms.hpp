@@ -21,4 +21,28 @@ void broadcast_binomial_tree(Call& call, const std::byte* send, std::byte* recv,
 // Dissemination barrier: ceil(log2 n) rounds of empty messages.
 void barrier_dissemination(Call& call);
 
+// ---- The rest of the collective suite (docs/collectives.md) ----
+// Recursive doubling over the largest power of two p <= n ranks; the other
+// n - p ranks fold their vector into a partner first and get the result back.
+// Every rank ends with bit-identical results (each pair reduces lower ⊕ higher).
+void allreduce_recursive_doubling(Call& call, const std::byte* send, std::byte* recv, std::size_t count,
+                                  DataType dtype, ReduceOp op);
+// Ring reduce-scatter: send holds n blocks of `count` elements; rank r ends
+// with the reduction of block r in recv (which may be send's block r: in place).
+void reduce_scatter_ring(Call& call, const std::byte* send, std::byte* recv, std::size_t count, DataType dtype,
+                         ReduceOp op);
+// Ring allgather of blocks with per-rank element counts, block b at element
+// displs[b] of recv. This rank's contribution is send (which may be its own
+// block of recv: in place).
+void allgather_ring(Call& call, const std::byte* send, std::byte* recv, std::span<const std::size_t> counts,
+                    std::span<const std::size_t> displs, std::size_t esize);
+// Reduce to `root`: binomial tree (small messages) or pipelined chain (large).
+void reduce_binomial_tree(Call& call, const std::byte* send, std::byte* recv, std::size_t count, DataType dtype,
+                          ReduceOp op, int root);
+void reduce_chain(Call& call, const std::byte* send, std::byte* recv, std::size_t count, DataType dtype,
+                  ReduceOp op, int root);
+// Pairwise exchange: in step s rank r sends block r+s to rank r+s and receives
+// block r-s from rank r-s. send and recv hold n blocks of `bytes` bytes and do not overlap.
+void alltoall_pairwise(Call& call, const std::byte* send, std::byte* recv, std::size_t bytes);
+
 }  // namespace antdt::coll

@@ -73,6 +73,64 @@ ANTDT_API antdtStatus_t antdtBroadcast(const void* sendbuf, void* recvbuf, size_
                                        antdtDataType_t dtype, int root, antdtComm_t comm);
 ANTDT_API antdtStatus_t antdtBarrier(antdtComm_t comm);
 
+/* Step timing for the Monitor; stream is a cudaStream_t or NULL (CPU clock). */
+ANTDT_API antdtStatus_t antdtStepBegin(antdtComm_t comm);
+ANTDT_API antdtStatus_t antdtComputeBegin(antdtComm_t comm, void* stream);
+ANTDT_API antdtStatus_t antdtComputeEnd(antdtComm_t comm, void* stream);
+ANTDT_API antdtStatus_t antdtStepEnd(antdtComm_t comm, uint64_t samples);
+
+/* Partial collectives (see antdt/comm.hpp and docs/partial.md). */
+typedef enum { ANTDT_LATE_WAIT = 0, ANTDT_LATE_DROP = 1, ANTDT_LATE_DEFER = 2 } antdtLatePolicy_t;
+typedef enum { ANTDT_FATE_INCLUDED = 0, ANTDT_FATE_DEFERRED = 1, ANTDT_FATE_DROPPED = 2, ANTDT_FATE_NONE = 3 } antdtFate_t;
+typedef struct {
+  size_t struct_size; /* sizeof(antdtPartialOptions): set it, so the struct can grow */
+  antdtLatePolicy_t policy;
+  double weight;
+  uint32_t staleness;
+  uint64_t samples;
+} antdtPartialOptions;
+typedef struct {
+  size_t struct_size; /* sizeof(antdtPartialResult) */
+  uint64_t step;
+  antdtFate_t fate;
+  uint64_t contribution_step;
+  int participants;
+  double total_weight;
+  uint64_t steps_behind;
+} antdtPartialResult;
+ANTDT_API antdtStatus_t antdtPartialAllReduce(const void* sendbuf, void* recvbuf, size_t count, antdtDataType_t dtype,
+                                              antdtReduceOp_t op, const antdtPartialOptions* opts,
+                                              antdtPartialResult* result, antdtComm_t comm);
+ANTDT_API antdtStatus_t antdtPartialFinish(antdtComm_t comm, antdtPartialResult* result);
+
+/* ---- Collective suite (docs/collectives.md). Host memory; counts from 0. ---- */
+/* sendbuf: size blocks of recvcount elements; recvbuf gets block `rank` reduced.
+ * In place when recvbuf == sendbuf + rank * recvcount elements. */
+ANTDT_API antdtStatus_t antdtReduceScatter(const void* sendbuf, void* recvbuf, size_t recvcount,
+                                           antdtDataType_t dtype, antdtReduceOp_t op, antdtComm_t comm);
+/* recvbuf gets every rank's sendcount elements in rank order.
+ * In place when sendbuf == recvbuf + rank * sendcount elements. */
+ANTDT_API antdtStatus_t antdtAllGather(const void* sendbuf, void* recvbuf, size_t sendcount,
+                                       antdtDataType_t dtype, antdtComm_t comm);
+/* Rank b contributes recvcounts[b] elements (size entries, the same on every rank),
+ * placed at element displs[b] of recvbuf; displs NULL packs them in rank order.
+ * In place when sendbuf == recvbuf + displs[rank] elements. */
+ANTDT_API antdtStatus_t antdtAllGatherV(const void* sendbuf, void* recvbuf, const size_t* recvcounts,
+                                        const size_t* displs, antdtDataType_t dtype, antdtComm_t comm);
+/* root's recvbuf gets the reduction; recvbuf is ignored on other ranks. */
+ANTDT_API antdtStatus_t antdtReduce(const void* sendbuf, void* recvbuf, size_t count, antdtDataType_t dtype,
+                                    antdtReduceOp_t op, int root, antdtComm_t comm);
+/* Block j (count elements) of sendbuf goes to block `rank` of rank j's recvbuf. In place when equal. */
+ANTDT_API antdtStatus_t antdtAlltoAll(const void* sendbuf, void* recvbuf, size_t count, antdtDataType_t dtype,
+                                      antdtComm_t comm);
+/* Point-to-point: the n-th send to a peer matches its n-th receive from this rank. */
+ANTDT_API antdtStatus_t antdtSend(const void* sendbuf, size_t count, antdtDataType_t dtype, int peer,
+                                  antdtComm_t comm);
+ANTDT_API antdtStatus_t antdtRecv(void* recvbuf, size_t count, antdtDataType_t dtype, int peer, antdtComm_t comm);
+/* Calls between these only record themselves; antdtGroupEnd runs them (allreduces fused). */
+ANTDT_API antdtStatus_t antdtGroupStart(antdtComm_t comm);
+ANTDT_API antdtStatus_t antdtGroupEnd(antdtComm_t comm);
+
 #ifdef __cplusplus
 }
 #endif

@@ -157,6 +157,46 @@ struct CommOptions {
 };
 
 // ---------------------------------------------------------------------------
+// Collective suite: non-blocking requests (docs/collectives.md#requests)
+// ---------------------------------------------------------------------------
+namespace detail { class RequestState; }
+
+// A non-blocking operation started by one of Communicator's i* methods. Its
+// buffers must stay valid, and unread/unwritten by the caller, until it completed.
+//
+// This version has no background progress (overlap comes in a later version):
+// a non-blocking collective is queued, and runs, in issue order, when it or a
+// later request is waited for or tested, or when the communicator's next
+// blocking collective or group_end() runs. isend/irecv post their transfer at
+// once; it completes while the peer takes part.
+// Every blocking wait is bounded by ANTDT_TIMEOUT_MS (TimeoutError).
+class ANTDT_API Request {
+ public:
+  Request() noexcept;  // an empty request: complete, nothing to wait for
+  explicit Request(std::shared_ptr<detail::RequestState> state) noexcept;
+  // Destroying a request that has not completed: a collective still runs in
+  // order (every rank expects it); a transfer is cancelled.
+  ~Request();
+  Request(Request&&) noexcept;
+  Request& operator=(Request&&) noexcept;
+
+  // True once the operation completed. Never blocks for a transfer; a queued
+  // collective is run to completion first (see above). Throws the operation's error.
+  bool test();
+  // Returns once the operation completed; throws its error (every time it is asked).
+  void wait();
+  // Withdraws a transfer that has not completed: true when it was withdrawn
+  // (the pair's later transfers are then out of step: the next one between
+  // them reports MismatchError). Collectives cannot be withdrawn (every rank
+  // expects them): false, and the collective still runs.
+  bool cancel();
+  bool cancelled() const noexcept;
+
+ private:
+  std::shared_ptr<detail::RequestState> state_;
+};
+
+// ---------------------------------------------------------------------------
 // Communicator
 // ---------------------------------------------------------------------------
 class ANTDT_API Communicator {
@@ -192,6 +232,69 @@ class ANTDT_API Communicator {
   PartialResult partial_finish();
   // The class the Monitor gave `rank` at the last closed step (healthy before any).
   StragglerClass straggler_class(int rank) const;
+
+  // Step timing for the Monitor (docs/monitor.md). Mark each training step and,
+  // optionally, its compute part; without compute marks, compute is the step
+  // minus the time spent in collectives. `stream` (a cudaStream_t) times the
+  // compute with CUDA events instead of the CPU clock. With ANTDT_TRACE_DIR set,
+  // every step is written to a JSON-lines trace and a Chrome trace.
+  void begin_step();
+  void begin_compute(void* stream = nullptr);
+  void end_compute(void* stream = nullptr);
+  void end_step(std::uint64_t samples);
+
+  // -------------------------------------------------------------------------
+  // Collective suite (docs/collectives.md). Host memory; counts from 0.
+  // -------------------------------------------------------------------------
+  // send holds size() blocks of recv_count elements; recv gets block rank()
+  // reduced over all ranks. In place when recv == send + rank() * recv_count.
+  void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType dtype, ReduceOp op);
+  // recv gets every rank's send_count elements, in rank order. In place when
+  // send == recv + rank() * send_count.
+  void allgather(const void* send, void* recv, std::size_t send_count, DataType dtype);
+  // Rank b contributes counts[b] elements (counts: one per rank, the same on every
+  // rank), placed at element displs[b] of recv; empty displs packs the blocks in
+  // rank order. In place when send == recv + displs[rank()].
+  void allgatherv(const void* send, void* recv, std::span<const std::size_t> counts,
+                  std::span<const std::size_t> displs, DataType dtype);
+  // root's recv gets the reduction (recv is ignored elsewhere). In place at root when send == recv.
+  void reduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op, int root);
+  // Block j (count elements) of send goes to block rank() of rank j's recv. In place when send == recv.
+  void alltoall(const void* send, void* recv, std::size_t count, DataType dtype);
+  // Point-to-point with another rank: the n-th send to a peer matches the peer's
+  // n-th recv from this rank, with the same count and dtype (else MismatchError).
+  // Blocking send returns once the peer received (it may wait for the peer's recv:
+  // exchange in a group, or with isend/irecv).
+  void send(const void* buf, std::size_t count, DataType dtype, int peer);
+  void recv(void* buf, std::size_t count, DataType dtype, int peer);
+  // Group calls: the collectives and send/recv issued until the matching
+  // group_end() only record themselves; group_end() runs them, every allreduce
+  // of one (dtype, op) fused into one pass. Groups nest. See docs/collectives.md#group-calls.
+  void group_start();
+  void group_end();
+
+  // Non-blocking variants (see Request). Not allowed inside a group, except isend/irecv.
+  Request iallreduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op);
+  Request ibroadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root);
+  Request ibarrier();
+  Request ireduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType dtype, ReduceOp op);
+  Request iallgather(const void* send, void* recv, std::size_t send_count, DataType dtype);
+  Request iallgatherv(const void* send, void* recv, std::span<const std::size_t> counts,
+                      std::span<const std::size_t> displs, DataType dtype);
+  Request ireduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op, int root);
+  Request ialltoall(const void* send, void* recv, std::size_t count, DataType dtype);
+  Request isend(const void* buf, std::size_t count, DataType dtype, int peer);
+  Request irecv(void* buf, std::size_t count, DataType dtype, int peer);
+
+  template <class T>
+  void send(std::span<const T> buf, int peer) {
+    send(buf.data(), buf.size(), dtype_of<std::remove_cv_t<T>>(), peer);
+  }
+  template <class T>
+  void recv(std::span<T> buf, int peer) {
+    recv(buf.data(), buf.size(), dtype_of<T>(), peer);
+  }
+  // ---- end of the collective suite ----
 
   template <class T>
   void allreduce(std::span<const T> send, std::span<T> recv, ReduceOp op) {

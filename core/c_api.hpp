@@ -1,0 +1,24 @@
+// The C API's shared plumbing (defined in core/api.cpp): every C function runs
+// its body through c_api_call, which turns an antdt::Error into its status
+// code and keeps the message for antdtLastError().
+#pragma once
+
+#include <antdt/comm.h>
+#include <antdt/comm.hpp>
+
+#include <type_traits>
+
+namespace antdt::detail {
+
+antdtStatus_t c_api_call(void (*body)(void*), void* context) noexcept;
+// The communicator behind a handle (InvalidArgument when null).
+Communicator& c_api_comm(antdtComm_t comm);
+
+// Runs `body` (any callable) under c_api_call, without allocating.
+template <class Body>
+antdtStatus_t c_api_guarded(Body&& body) noexcept {
+  using B = std::remove_reference_t<Body>;
+  return c_api_call([](void* context) { (*static_cast<B*>(context))(); }, &body);
+}
+
+}  // namespace antdt::detail
