@@ -15,6 +15,7 @@
 // lets weight-0 calls fetch those results without any message.
 #include "collectives/algorithms.hpp"
 #include "collectives/collectives.hpp"
+#include "collectives/step_timing.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -75,6 +76,14 @@ class PartialState final : public detail::CollectiveState {
       arbiter = std::make_unique<partial::ArbiterService>(
           std::move(ctl.server), partial::ArbiterConfig::from(comm.config(), comm.size()), comm.config().timeout);
     classes.assign(static_cast<std::size_t>(comm.size()), StragglerClass::healthy);
+  }
+  ~PartialState() override {
+    // The summary table at destruction, from where the Monitor ran.
+    if (!arbiter) return;
+    if (arbiter->any_straggler())
+      ANTDT_WARN(arbiter->summary());
+    else
+      ANTDT_INFO(arbiter->summary());
   }
 
   control::Link link;
@@ -254,7 +263,12 @@ PartialResult partial_allreduce(detail::CommImpl& comm, const void* send, void* 
   arrival.rank = comm.rank();
   arrival.step = next;
   arrival.weight = opts.weight;
-  arrival.compute_s = st.last_return ? std::chrono::duration<double>(Clock::now() - *st.last_return).count() : 0;
+  // The trainer's own marks when it gives them; else the time since the last call returned.
+  const auto arrived_at = Clock::now();
+  if (auto marked = last_compute_seconds(comm))
+    arrival.compute_s = *marked;
+  else
+    arrival.compute_s = st.last_return ? std::chrono::duration<double>(arrived_at - *st.last_return).count() : 0;
   arrival.samples = opts.samples;
   arrival.signature = signature_of(count, dtype, op, opts);
   arrival.policy = opts.policy;
@@ -277,6 +291,7 @@ PartialResult partial_allreduce(detail::CommImpl& comm, const void* send, void* 
   }
   const auto& d = std::get<partial::Decision>(message);
   st.classes = d.classes;
+  const auto decided_at = Clock::now();
   if (d.final) {
     // The others finished while this rank was late: its contribution joins no
     // step; it receives the results it missed and the run ends here.
@@ -297,6 +312,8 @@ PartialResult partial_allreduce(detail::CommImpl& comm, const void* send, void* 
   std::byte* own_result = nullptr;
   if (contributes) own_result = next == d.step && out != nullptr ? out : st.cache.claim(d.step).data();
   move_data(comm, st, d, sig, kStepSeqBit | d.step, static_cast<const std::byte*>(send), own_result, count, false);
+  record_collective(comm, std::chrono::duration<double>(decided_at - arrived_at).count(),
+                    std::chrono::duration<double>(Clock::now() - decided_at).count());
   if (contributes && own_result == out && out != nullptr) {
     auto slot = st.cache.claim(d.step);
     if (bytes > 0 && slot.data() != out) std::memcpy(slot.data(), out, bytes);

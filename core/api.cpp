@@ -3,6 +3,7 @@
 #include <antdt/comm.hpp>
 
 #include "collectives/collectives.hpp"
+#include "collectives/step_timing.hpp"
 #include "core/bootstrap.hpp"
 #include "core/communicator.hpp"
 #include "core/config.hpp"
@@ -11,6 +12,8 @@
 #include "core/log.hpp"
 #include "core/net.hpp"
 #include "core/topology.hpp"
+#include "scheduler/inject.hpp"
+#include "transport/fault/fault_transport.hpp"
 #include "transport/inproc/inproc_transport.hpp"
 #include "transport/ucx/ucx_transport.hpp"
 
@@ -108,13 +111,19 @@ Communicator create_with(const UniqueId& id, int rank, int size, const Config& c
   log_startup(cfg, rank, size, how);
   if (cfg.transport != "inproc")
     place_rank(cfg, cfg.local_rank.value_or(local_rank), cfg.local_size.value_or(local_size));
+  // ANTDT_INJECT's transport effects for this rank (delay, bandwidth cap) wrap the transport.
+  auto with_faults = [&](std::unique_ptr<transport::Transport> t) {
+    auto injector = sched::Injector::from_config(cfg, rank, size);
+    return transport::has_transport_faults(injector) ? transport::make_fault_transport(std::move(t), injector)
+                                                     : std::move(t);
+  };
   if (cfg.transport == "inproc") {
     auto group = inproc_group_for(id, size);
-    auto t = transport::make_inproc_transport(group->fabric, rank, cfg);
+    auto t = with_faults(transport::make_inproc_transport(group->fabric, rank, cfg));
     return detail::make_communicator(std::move(t), comm_id_from(id), cfg, group->take_control(rank));
   }
   auto boot = make_tcp_bootstrap(id, rank, size, cfg.timeout);
-  auto t = transport::make_ucx_transport(*boot, cfg);
+  auto t = with_faults(transport::make_ucx_transport(*boot, cfg));
   return detail::make_communicator(std::move(t), comm_id_from(id), cfg, control_from(boot->take_links(), rank));
 }
 
@@ -203,6 +212,13 @@ PartialResult Communicator::partial_allreduce(const void* send, void* recv, std:
 }
 PartialResult Communicator::partial_finish() { return coll::partial_finish(*impl_); }
 StragglerClass Communicator::straggler_class(int rank) const { return coll::straggler_class(*impl_, rank); }
+
+void Communicator::begin_step() { coll::begin_step(*impl_); }
+void Communicator::begin_compute(void* stream) { coll::begin_compute(*impl_, stream); }
+void Communicator::end_compute(void* stream) { coll::end_compute(*impl_, stream); }
+void Communicator::end_step(std::uint64_t samples) {
+  coll::end_step(*impl_, samples, coll::straggler_class(*impl_, impl_->rank()));
+}
 
 void Communicator::check_same_extent(std::size_t a, std::size_t b) {
   ANTDT_CHECK_ARG(a == b, "send and recv spans differ in size (", a, " vs ", b, " elements)");
@@ -397,6 +413,50 @@ antdtStatus_t antdtBroadcast(const void* sendbuf, void* recvbuf, size_t count, a
 
 antdtStatus_t antdtBarrier(antdtComm_t comm) {
   return guarded([&] { unwrap(comm).barrier(); });
+}
+
+antdtStatus_t antdtStepBegin(antdtComm_t comm) {
+  return guarded([&] { unwrap(comm).begin_step(); });
+}
+antdtStatus_t antdtComputeBegin(antdtComm_t comm, void* stream) {
+  return guarded([&] { unwrap(comm).begin_compute(stream); });
+}
+antdtStatus_t antdtComputeEnd(antdtComm_t comm, void* stream) {
+  return guarded([&] { unwrap(comm).end_compute(stream); });
+}
+antdtStatus_t antdtStepEnd(antdtComm_t comm, uint64_t samples) {
+  return guarded([&] { unwrap(comm).end_step(samples); });
+}
+
+namespace {
+void to_c(const antdt::PartialResult& r, antdtPartialResult* out) {
+  ANTDT_CHECK_ARG(out == nullptr || out->struct_size >= sizeof(antdtPartialResult),
+                  "antdtPartialResult.struct_size is ", out ? out->struct_size : 0, ", expected at least ",
+                  sizeof(antdtPartialResult), " (set it to sizeof(antdtPartialResult))");
+  if (out == nullptr) return;
+  out->step = r.step;
+  out->fate = static_cast<antdtFate_t>(r.fate);
+  out->contribution_step = r.contribution_step;
+  out->participants = r.participants;
+  out->total_weight = r.total_weight;
+  out->steps_behind = r.steps_behind;
+}
+}  // namespace
+
+antdtStatus_t antdtPartialAllReduce(const void* sendbuf, void* recvbuf, size_t count, antdtDataType_t dtype,
+                                    antdtReduceOp_t op, const antdtPartialOptions* opts, antdtPartialResult* result,
+                                    antdtComm_t comm) {
+  return guarded([&] {
+    ANTDT_CHECK_ARG(opts != nullptr, "partial options pointer is null");
+    ANTDT_CHECK_ARG(opts->struct_size >= sizeof(antdtPartialOptions), "antdtPartialOptions.struct_size is ",
+                    opts->struct_size, ", expected at least ", sizeof(antdtPartialOptions));
+    antdt::PartialOptions o{static_cast<antdt::LatePolicy>(opts->policy), opts->weight, opts->staleness, opts->samples};
+    to_c(unwrap(comm).partial_allreduce(sendbuf, recvbuf, count, to_dtype(dtype), to_op(op), o), result);
+  });
+}
+
+antdtStatus_t antdtPartialFinish(antdtComm_t comm, antdtPartialResult* result) {
+  return guarded([&] { to_c(unwrap(comm).partial_finish(), result); });
 }
 
 }  // extern "C"

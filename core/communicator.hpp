@@ -71,6 +71,8 @@ class CommImpl {
   std::unique_ptr<CollectiveState>& collective_state() noexcept { return collective_state_; }
   // Partial collectives' result cache, control link and (rank 0) arbiter; created on first use.
   std::unique_ptr<CollectiveState>& partial_state() noexcept { return partial_state_; }
+  // Step timing and traces (collectives/step_timing.cpp); created on first use.
+  std::unique_ptr<CollectiveState>& step_state() noexcept { return step_state_; }
   // The control plane to the arbiter (empty when the communicator was made without one).
   control::Endpoints& control() noexcept { return control_; }
 
@@ -86,6 +88,7 @@ class CommImpl {
   std::optional<std::pair<Status, std::string>> failure_;
   control::Endpoints control_;
   std::unique_ptr<CollectiveState> partial_state_;  // may hold the arbiter thread, which uses control_
+  std::unique_ptr<CollectiveState> step_state_;
   // Last, so destroyed first: it cancels in-flight transfers while the transport still works.
   std::unique_ptr<CollectiveState> collective_state_;
 };

@@ -255,6 +255,12 @@ ArbiterService::ArbiterService(std::vector<net::Fd> links, const ArbiterConfig& 
   thread_ = std::thread([this] { run(); });
 }
 
+bool ArbiterService::any_straggler() const {
+  for (int r = 0; r < arbiter_.monitor().nranks(); ++r)
+    if (arbiter_.monitor().classify(r) != StragglerClass::healthy) return true;
+  return false;
+}
+
 ArbiterService::~ArbiterService() {
   stop_.store(true);
   hub_.wake();

@@ -89,6 +89,10 @@ class ArbiterService {
   ArbiterService(const ArbiterService&) = delete;
   ArbiterService& operator=(const ArbiterService&) = delete;
 
+  // The Monitor's summary table (thread-safe: the Monitor locks).
+  std::string summary() const { return arbiter_.monitor().summary_table(); }
+  bool any_straggler() const;
+
  private:
   void run();
 
