@@ -1,0 +1,801 @@
+// Stateful Dynamic Data Sharding (scheduler/dds.hpp, docs/dds.md).
+#include "scheduler/dds.hpp"
+
+#include "core/error.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+namespace antdt::sched {
+namespace {
+
+// Sorted keys: dump() of equal states gives equal text (the checksum relies on it).
+using Json = nlohmann::json;
+
+constexpr std::string_view kFormat = "antdt-dds";
+constexpr std::int64_t kVersion = 1;
+
+// SplitMix64 finaliser: a fixed, portable mixing function (std::shuffle and the
+// <random> distributions differ between standard libraries; a checkpoint must
+// mean the same order everywhere).
+constexpr std::uint64_t mix64(std::uint64_t x) noexcept {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// A keyed bijection of [0, n): a balanced 4-round Feistel network over the
+// smallest even bit width covering n, with cycle walking back into [0, n).
+// The domain is below 4n, so a position walks fewer than 4 times on average.
+std::uint64_t permute(std::uint64_t x, std::uint64_t n, std::uint64_t key) noexcept {
+  if (n <= 1) return x;
+  int bits = 0;
+  while (bits < 64 && (std::uint64_t{1} << bits) < n) ++bits;
+  if (bits % 2 != 0) ++bits;
+  if (bits < 2) bits = 2;
+  const int half = bits / 2;
+  const std::uint64_t mask = (std::uint64_t{1} << half) - 1;
+  do {
+    std::uint64_t left = x >> half, right = x & mask;
+    for (std::uint64_t round = 0; round < 4; ++round) {
+      const std::uint64_t f = mix64(right ^ mix64(key + round)) & mask;
+      const std::uint64_t next = left ^ f;
+      left = right;
+      right = next;
+    }
+    x = (left << half) | right;
+  } while (x >= n);
+  return x;
+}
+
+// FNV-1a, 64 bits: detects a torn or edited checkpoint (not an attacker).
+std::uint64_t fnv1a(std::string_view text) noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (const char c : text) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+std::string hex64(std::uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// ---- checkpoint field access with messages naming the field ---------------
+
+[[noreturn]] void malformed(const std::string& path, const std::string& why) {
+  raise<InvalidArgument>("malformed DDS checkpoint ", path, ": ", why);
+}
+
+struct Reader {
+  const std::string& path;
+
+  const Json& field(const Json& obj, const std::string& where, const char* key) const {
+    if (!obj.is_object()) malformed(path, cat(where, " is not an object"));
+    const auto it = obj.find(key);
+    if (it == obj.end()) malformed(path, cat("missing field ", where, ".", key));
+    return *it;
+  }
+  std::uint64_t u64(const Json& obj, const std::string& where, const char* key) const {
+    const Json& v = field(obj, where, key);
+    if (!v.is_number_unsigned()) malformed(path, cat("field ", where, ".", key, " is not an unsigned integer"));
+    return v.get<std::uint64_t>();
+  }
+  std::uint32_t u32(const Json& obj, const std::string& where, const char* key) const {
+    const std::uint64_t v = u64(obj, where, key);
+    if (v > 0xffffffffull) malformed(path, cat("field ", where, ".", key, " = ", v, " does not fit 32 bits"));
+    return static_cast<std::uint32_t>(v);
+  }
+  std::int64_t i64(const Json& obj, const std::string& where, const char* key) const {
+    const Json& v = field(obj, where, key);
+    if (!v.is_number_integer()) malformed(path, cat("field ", where, ".", key, " is not an integer"));
+    return v.get<std::int64_t>();
+  }
+  std::string str(const Json& obj, const std::string& where, const char* key) const {
+    const Json& v = field(obj, where, key);
+    if (!v.is_string()) malformed(path, cat("field ", where, ".", key, " is not a string"));
+    return v.get<std::string>();
+  }
+  bool boolean(const Json& obj, const std::string& where, const char* key) const {
+    const Json& v = field(obj, where, key);
+    if (!v.is_boolean()) malformed(path, cat("field ", where, ".", key, " is not a boolean"));
+    return v.get<bool>();
+  }
+  const Json& array(const Json& obj, const std::string& where, const char* key) const {
+    const Json& v = field(obj, where, key);
+    if (!v.is_array()) malformed(path, cat("field ", where, ".", key, " is not an array"));
+    return v;
+  }
+};
+
+void write_all(int fd, std::string_view text, const std::string& tmp) {
+  while (!text.empty()) {
+    const ssize_t n = ::write(fd, text.data(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) raise<InvalidArgument>("DDS checkpoint: cannot write ", tmp, ": ", std::strerror(errno));
+    text.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+
+// Closes a descriptor on every path out of checkpoint().
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Dataset
+// ---------------------------------------------------------------------------
+Dataset Dataset::samples(std::uint64_t count) {
+  ANTDT_CHECK_ARG(count > 0, "DDS dataset: sample count must be at least 1 (got 0)");
+  Dataset d;
+  d.size_ = count;
+  return d;
+}
+
+Dataset Dataset::files(std::vector<DataFile> files) {
+  ANTDT_CHECK_ARG(!files.empty(), "DDS dataset: the file list is empty");
+  Dataset d;
+  d.starts_.reserve(files.size());
+  std::uint64_t total = 0;
+  for (const DataFile& f : files) {
+    ANTDT_CHECK_ARG(!f.name.empty(), "DDS dataset: file ", d.starts_.size(), " has an empty name");
+    ANTDT_CHECK_ARG(f.records <= ~std::uint64_t{0} - total, "DDS dataset: record counts overflow 64 bits at file ",
+                    f.name);
+    d.starts_.push_back(total);
+    total += f.records;
+  }
+  ANTDT_CHECK_ARG(total > 0, "DDS dataset: the ", files.size(), " files hold no records");
+  d.size_ = total;
+  d.files_ = std::move(files);
+  return d;
+}
+
+SampleLocation Dataset::locate(std::uint64_t sample) const {
+  ANTDT_CHECK_ARG(has_files(), "DDS dataset: locate(", sample, ") needs a dataset described by files");
+  ANTDT_CHECK_ARG(sample < size_, "DDS dataset: sample ", sample, " out of range (", size_, " samples)");
+  // The last file starting at or before `sample`; empty files share their start
+  // with the next file, and upper_bound skips past them.
+  const auto it = std::upper_bound(starts_.begin(), starts_.end(), sample);
+  const auto file = static_cast<std::size_t>(it - starts_.begin()) - 1;
+  return {file, sample - starts_[file]};
+}
+
+bool Dataset::operator==(const Dataset& other) const noexcept {
+  if (size_ != other.size_ || files_.size() != other.files_.size()) return false;
+  for (std::size_t i = 0; i < files_.size(); ++i)
+    if (files_[i].name != other.files_[i].name || files_[i].records != other.files_[i].records) return false;
+  return true;
+}
+
+std::string_view to_string(ShuffleMode mode) noexcept {
+  switch (mode) {
+    case ShuffleMode::none: return "none";
+    case ShuffleMode::samples: return "samples";
+    case ShuffleMode::blocks: return "blocks";
+  }
+  return "?";
+}
+
+ShuffleMode parse_shuffle_mode(std::string_view text) {
+  if (text == "none") return ShuffleMode::none;
+  if (text == "samples") return ShuffleMode::samples;
+  if (text == "blocks") return ShuffleMode::blocks;
+  raise<InvalidArgument>("DDS shuffle mode '", text, "' is not one of none|samples|blocks");
+}
+
+std::string_view to_string(ShardState state) noexcept {
+  switch (state) {
+    case ShardState::todo: return "todo";
+    case ShardState::doing: return "doing";
+    case ShardState::done: return "done";
+  }
+  return "?";
+}
+
+// ---------------------------------------------------------------------------
+// Dds
+// ---------------------------------------------------------------------------
+Dds::Dds(Dataset dataset, DdsOptions options) : dataset_(std::move(dataset)), options_(options) {
+  ANTDT_CHECK_ARG(dataset_.size() > 0, "DDS: the dataset has no samples");
+  ANTDT_CHECK_ARG(options_.world_size >= 1, "DDS: world_size must be at least 1 (got ", options_.world_size, ")");
+  ANTDT_CHECK_ARG(options_.shard_size >= 1, "DDS: shard_size must be at least 1 (got 0)");
+  ANTDT_CHECK_ARG(options_.shuffle == ShuffleMode::none || options_.shuffle == ShuffleMode::samples ||
+                      options_.shuffle == ShuffleMode::blocks,
+                  "DDS: unknown shuffle mode ", static_cast<int>(options_.shuffle));
+  const auto ranks = static_cast<std::size_t>(options_.world_size);
+  state_.active.assign(ranks, -1);
+  state_.shards_taken.assign(ranks, 0);
+}
+
+void Dds::check_rank(int rank, std::string_view what) const {
+  ANTDT_CHECK_ARG(rank >= 0 && rank < options_.world_size, "DDS ", what, ": rank ", rank, " out of range [0, ",
+                  options_.world_size, ")");
+}
+
+std::uint64_t Dds::sample_at(std::uint32_t epoch, std::uint64_t position) const {
+  const std::uint64_t n = dataset_.size();
+  ANTDT_CHECK_ARG(position < n, "DDS sample_at: position ", position, " out of range (", n, " samples)");
+  const std::uint64_t key = mix64(options_.seed ^ mix64(std::uint64_t{epoch} + 1));
+  switch (options_.shuffle) {
+    case ShuffleMode::none: return position;
+    case ShuffleMode::samples: return permute(position, n, key);
+    case ShuffleMode::blocks: {
+      // Full blocks change places; a short last block stays last.
+      const std::uint64_t size = options_.shard_size;
+      const std::uint64_t full = n / size;
+      if (position >= full * size) return position;
+      return permute(position / size, full, key) * size + position % size;
+    }
+  }
+  return position;
+}
+
+std::uint64_t Dds::new_shard_locked(std::uint64_t begin, std::uint64_t end, std::uint32_t attempts) {
+  Shard s;
+  s.epoch = state_.epoch;
+  s.id = state_.next_shard_id++;
+  s.begin = begin;
+  s.end = end;
+  s.cursor = begin;
+  s.attempts = attempts;
+  state_.shards.emplace(s.id, s);
+  return s.id;
+}
+
+std::optional<std::uint64_t> Dds::next_todo_locked() {
+  if (!state_.todo.empty()) {
+    const std::uint64_t id = state_.todo.front();
+    state_.todo.pop_front();
+    return id;
+  }
+  const std::uint64_t n = dataset_.size();
+  if (state_.fresh >= n) return std::nullopt;
+  const std::uint64_t begin = state_.fresh;
+  const std::uint64_t end = begin + std::min(options_.shard_size, n - begin);
+  state_.fresh = end;
+  return new_shard_locked(begin, end, 0);
+}
+
+void Dds::maybe_done_locked(Shard& shard) {
+  if (shard.cursor != shard.end || shard.pending != 0) return;
+  if (shard.owner >= 0 && state_.active[static_cast<std::size_t>(shard.owner)] == static_cast<std::int64_t>(shard.id))
+    state_.active[static_cast<std::size_t>(shard.owner)] = -1;
+  if (shard.state == ShardState::todo) std::erase(state_.todo, shard.id);
+  ++state_.done_shards;
+  state_.shards.erase(shard.id);  // `shard` dangles from here on
+}
+
+Batch Dds::fetch(int rank, std::uint64_t max_samples) {
+  check_rank(rank, "fetch");
+  ANTDT_CHECK_ARG(max_samples > 0, "DDS fetch: max_samples must be at least 1 (rank ", rank, ")");
+  std::lock_guard lock(mutex_);
+  Batch batch;
+  batch.epoch = state_.epoch;
+  if (state_.finished) {
+    batch.status = FetchStatus::finished;
+    return batch;
+  }
+  const auto r = static_cast<std::size_t>(rank);
+  LeaseRecord lease;
+  lease.rank = rank;
+  std::uint64_t need = max_samples;
+  while (need > 0) {
+    if (state_.active[r] < 0) {
+      const auto next = next_todo_locked();
+      if (!next) break;
+      Shard& taken = state_.shards.at(*next);
+      taken.state = ShardState::doing;
+      taken.owner = rank;
+      ++taken.attempts;
+      ++state_.shards_taken[r];
+      state_.active[r] = static_cast<std::int64_t>(taken.id);
+    }
+    Shard& shard = state_.shards.at(static_cast<std::uint64_t>(state_.active[r]));
+    const std::uint64_t take = std::min(need, shard.end - shard.cursor);
+    if (take > 0) {
+      lease.pieces.push_back({shard.id, shard.cursor, shard.cursor + take});
+      shard.cursor += take;
+      shard.pending += take;
+      need -= take;
+    }
+    if (shard.cursor == shard.end) state_.active[r] = -1;  // used up; DONE once its leases are committed
+  }
+  if (lease.pieces.empty()) {
+    batch.status = FetchStatus::wait;
+    return batch;
+  }
+  batch.status = FetchStatus::ok;
+  batch.samples.reserve(max_samples - need);
+  for (const auto& piece : lease.pieces)
+    for (std::uint64_t p = piece.begin; p < piece.end; ++p) batch.samples.push_back(sample_at(state_.epoch, p));
+  batch.lease = state_.next_lease_id++;
+  state_.leases.emplace(batch.lease, std::move(lease));
+  return batch;
+}
+
+bool Dds::commit(std::uint64_t lease) {
+  std::lock_guard lock(mutex_);
+  const auto it = state_.leases.find(lease);
+  if (it == state_.leases.end()) {
+    ANTDT_CHECK_ARG(lease > 0 && lease < state_.next_lease_id, "DDS commit: lease ", lease, " was never issued");
+    return false;
+  }
+  for (const auto& piece : it->second.pieces) {
+    Shard& shard = state_.shards.at(piece.shard);
+    const std::uint64_t count = piece.end - piece.begin;
+    ANTDT_ASSERT(shard.pending >= count);
+    shard.pending -= count;
+    state_.committed += count;
+    state_.total_committed += count;
+    maybe_done_locked(shard);
+  }
+  state_.leases.erase(it);
+  if (state_.committed == dataset_.size()) advance_epoch_locked();
+  return true;
+}
+
+void Dds::return_piece_locked(int rank, const LeaseRecord::Piece& piece, bool allow_rewind) {
+  Shard& shard = state_.shards.at(piece.shard);
+  const std::uint64_t count = piece.end - piece.begin;
+  ANTDT_ASSERT(shard.pending >= count);
+  shard.pending -= count;
+  state_.given_back += count;
+  const auto r = static_cast<std::size_t>(rank);
+  // Rewind when these are the shard's latest handed-out samples and the rank is
+  // still on this shard (or on none): the same rank takes them again next, and
+  // no new shard is made.
+  const bool rank_free = state_.active[r] < 0 || state_.active[r] == static_cast<std::int64_t>(shard.id);
+  if (allow_rewind && shard.owner == rank && shard.state == ShardState::doing && piece.end == shard.cursor &&
+      rank_free) {
+    shard.cursor = piece.begin;
+    state_.active[r] = static_cast<std::int64_t>(shard.id);
+    return;
+  }
+  const std::uint64_t id = new_shard_locked(piece.begin, piece.end, shard.attempts);
+  state_.todo.push_front(id);  // returned work first: the epoch must not end waiting on it
+  maybe_done_locked(state_.shards.at(piece.shard));
+}
+
+void Dds::return_lease_locked(std::uint64_t id) {
+  const auto it = state_.leases.find(id);
+  ANTDT_ASSERT(it != state_.leases.end());
+  const LeaseRecord record = std::move(it->second);
+  state_.leases.erase(it);
+  // Latest pieces first, so consecutive pieces rewind one cursor step by step.
+  for (auto piece = record.pieces.rbegin(); piece != record.pieces.rend(); ++piece)
+    return_piece_locked(record.rank, *piece, true);
+}
+
+bool Dds::give_back(std::uint64_t lease) {
+  std::lock_guard lock(mutex_);
+  if (state_.leases.find(lease) == state_.leases.end()) {
+    ANTDT_CHECK_ARG(lease > 0 && lease < state_.next_lease_id, "DDS give_back: lease ", lease, " was never issued");
+    return false;
+  }
+  return_lease_locked(lease);
+  return true;
+}
+
+std::uint64_t Dds::resplit(int rank, std::uint64_t keep) {
+  check_rank(rank, "resplit");
+  std::lock_guard lock(mutex_);
+  const auto r = static_cast<std::size_t>(rank);
+  if (state_.finished || state_.active[r] < 0) return 0;
+  Shard& shard = state_.shards.at(static_cast<std::uint64_t>(state_.active[r]));
+  const std::uint64_t cut = shard.cursor + std::min(keep, shard.end - shard.cursor);
+  if (cut == shard.end) return 0;
+  const std::uint64_t moved = shard.end - cut;
+  // std::map insertion keeps references valid: `shard` stays usable.
+  const std::uint64_t tail = new_shard_locked(cut, shard.end, shard.attempts);
+  shard.end = cut;
+  state_.todo.push_front(tail);
+  state_.resplit += moved;
+  if (shard.cursor == shard.end) {
+    state_.active[r] = -1;
+    maybe_done_locked(shard);
+  }
+  return moved;
+}
+
+std::uint64_t Dds::rank_failed(int rank) {
+  check_rank(rank, "rank_failed");
+  std::lock_guard lock(mutex_);
+  ++state_.rank_failures;
+  if (state_.finished) return 0;
+  const std::uint64_t before = state_.given_back;
+  std::vector<std::uint64_t> mine;
+  for (const auto& [id, record] : state_.leases)
+    if (record.rank == rank) mine.push_back(id);
+  for (auto id = mine.rbegin(); id != mine.rend(); ++id) return_lease_locked(*id);
+  std::uint64_t returned = state_.given_back - before;
+  // Every lease cut from a shard belongs to its owner, so the rank's shards
+  // have no pending samples left: each one with samples left becomes TODO as it is.
+  std::vector<std::uint64_t> owned;
+  for (const auto& [id, shard] : state_.shards)
+    if (shard.owner == rank && shard.state == ShardState::doing) owned.push_back(id);
+  state_.active[static_cast<std::size_t>(rank)] = -1;
+  for (const std::uint64_t id : owned) {
+    Shard& shard = state_.shards.at(id);
+    ANTDT_ASSERT(shard.pending == 0);
+    if (shard.cursor == shard.end) {
+      maybe_done_locked(shard);
+      continue;
+    }
+    returned += shard.end - shard.cursor;
+    state_.given_back += shard.end - shard.cursor;
+    shard.state = ShardState::todo;
+    shard.owner = -1;
+    state_.todo.push_front(id);
+  }
+  return returned;
+}
+
+void Dds::advance_epoch_locked() {
+  ANTDT_ASSERT(state_.leases.empty() && state_.shards.empty());
+  ++state_.epochs_completed;
+  ++state_.epoch;
+  state_.fresh = 0;
+  state_.next_shard_id = 0;
+  state_.committed = 0;
+  state_.done_shards = 0;
+  state_.todo.clear();
+  std::fill(state_.active.begin(), state_.active.end(), -1);
+  if (options_.epochs != 0 && state_.epoch >= options_.epochs) state_.finished = true;
+}
+
+std::uint32_t Dds::epoch() const {
+  std::lock_guard lock(mutex_);
+  return state_.epoch;
+}
+
+DdsProgress Dds::progress() const {
+  std::lock_guard lock(mutex_);
+  DdsProgress p;
+  p.epoch = state_.epoch;
+  p.finished = state_.finished;
+  p.epoch_samples = dataset_.size();
+  p.committed = state_.committed;
+  for (const auto& [id, shard] : state_.shards) {
+    p.leased += shard.pending;
+    if (shard.state == ShardState::todo) ++p.todo_shards;
+    else ++p.doing_shards;
+  }
+  p.unassigned = state_.finished ? 0 : p.epoch_samples - p.committed - p.leased;
+  p.done_shards = state_.done_shards;
+  p.open_leases = state_.leases.size();
+  p.epochs_completed = state_.epochs_completed;
+  p.total_committed = state_.total_committed;
+  p.given_back_samples = state_.given_back;
+  p.resplit_samples = state_.resplit;
+  p.rank_failures = state_.rank_failures;
+  return p;
+}
+
+std::vector<std::uint64_t> Dds::shards_taken() const {
+  std::lock_guard lock(mutex_);
+  return state_.shards_taken;
+}
+
+std::vector<Shard> Dds::shards() const {
+  std::lock_guard lock(mutex_);
+  std::vector<Shard> out;
+  out.reserve(state_.shards.size());
+  for (const auto& [id, shard] : state_.shards) out.push_back(shard);
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Checkpoint
+// ---------------------------------------------------------------------------
+struct Dds::Parsed {
+  Dataset dataset;
+  DdsOptions options;
+  State state;
+};
+
+std::string Dds::serialize() const {
+  std::lock_guard lock(mutex_);
+  return serialize_locked();
+}
+
+std::string Dds::serialize_locked() const {
+  Json dataset;
+  if (dataset_.has_files()) {
+    Json files = Json::array();
+    for (const DataFile& f : dataset_.files()) files.push_back({{"name", f.name}, {"records", f.records}});
+    dataset["files"] = std::move(files);
+  } else {
+    dataset["samples"] = dataset_.size();
+  }
+  const Json options{{"world_size", options_.world_size},
+                     {"shard_size", options_.shard_size},
+                     {"seed", options_.seed},
+                     {"shuffle", std::string(to_string(options_.shuffle))},
+                     {"epochs", options_.epochs}};
+  Json shards = Json::array();
+  for (const auto& [id, s] : state_.shards)
+    shards.push_back({{"id", s.id},
+                      {"begin", s.begin},
+                      {"end", s.end},
+                      {"cursor", s.cursor},
+                      {"owner", s.owner},
+                      {"state", std::string(to_string(s.state))},
+                      {"attempts", s.attempts},
+                      {"pending", s.pending}});
+  Json leases = Json::array();
+  for (const auto& [id, record] : state_.leases) {
+    Json pieces = Json::array();
+    for (const auto& piece : record.pieces)
+      pieces.push_back({{"shard", piece.shard}, {"begin", piece.begin}, {"end", piece.end}});
+    leases.push_back({{"id", id}, {"rank", record.rank}, {"pieces", std::move(pieces)}});
+  }
+  const Json state{{"epoch", state_.epoch},
+                   {"finished", state_.finished},
+                   {"fresh", state_.fresh},
+                   {"next_shard_id", state_.next_shard_id},
+                   {"next_lease_id", state_.next_lease_id},
+                   {"committed", state_.committed},
+                   {"done_shards", state_.done_shards},
+                   {"shards", std::move(shards)},
+                   {"todo", state_.todo},
+                   {"active", state_.active},
+                   {"leases", std::move(leases)},
+                   {"shards_taken", state_.shards_taken},
+                   {"epochs_completed", state_.epochs_completed},
+                   {"total_committed", state_.total_committed},
+                   {"given_back", state_.given_back},
+                   {"resplit", state_.resplit},
+                   {"rank_failures", state_.rank_failures}};
+  Json doc{{"format", std::string(kFormat)}, {"version", kVersion}, {"dataset", dataset}, {"options", options}, {"state", state}};
+  const std::string body = doc.dump();
+  doc["checksum"] = hex64(fnv1a(body));
+  return doc.dump();
+}
+
+void Dds::checkpoint(const std::string& path) const {
+  ANTDT_CHECK_ARG(!path.empty(), "DDS checkpoint: empty path");
+  const std::string text = serialize();
+  const std::string tmp = path + ".tmp";
+  {
+    Fd file{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
+    if (file.fd < 0) raise<InvalidArgument>("DDS checkpoint: cannot create ", tmp, ": ", std::strerror(errno));
+    write_all(file.fd, text, tmp);
+    if (::fsync(file.fd) != 0) raise<InvalidArgument>("DDS checkpoint: fsync ", tmp, ": ", std::strerror(errno));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    raise<InvalidArgument>("DDS checkpoint: rename ", tmp, " to ", path, ": ", std::strerror(err));
+  }
+  // The rename is durable only once the directory entry is.
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  if (d.fd < 0 || ::fsync(d.fd) != 0)
+    raise<InvalidArgument>("DDS checkpoint: fsync of directory ", dir, ": ", std::strerror(errno));
+}
+
+Dds::Parsed Dds::read_checkpoint(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) raise<InvalidArgument>("DDS restore: cannot open ", path, ": ", std::strerror(errno));
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  Json doc = Json::parse(buffer.str(), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) malformed(path, "not valid JSON (truncated or corrupted file?)");
+  const Reader rd{path};
+  if (!doc.is_object()) malformed(path, "top level is not an object");
+  if (rd.str(doc, "", "format") != kFormat) malformed(path, cat("format is not \"", kFormat, "\""));
+  const std::int64_t version = rd.i64(doc, "", "version");
+  if (version != kVersion) malformed(path, cat("version ", version, " is not supported (this build reads ", kVersion, ")"));
+  const std::string checksum = rd.str(doc, "", "checksum");
+  Json body = doc;
+  body.erase("checksum");
+  if (hex64(fnv1a(body.dump())) != checksum)
+    malformed(path, cat("checksum mismatch (stored ", checksum, ", computed ", hex64(fnv1a(body.dump())), ")"));
+
+  // Dataset and options: the constructors validate them again.
+  const Json& jd = rd.field(doc, "", "dataset");
+  std::optional<Dataset> dataset;
+  try {
+    if (jd.is_object() && jd.contains("files")) {
+      std::vector<DataFile> files;
+      const Json& list = rd.array(jd, "dataset", "files");
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        const std::string where = cat("dataset.files[", i, "]");
+        files.push_back({rd.str(list[i], where, "name"), rd.u64(list[i], where, "records")});
+      }
+      dataset = Dataset::files(std::move(files));
+    } else {
+      dataset = Dataset::samples(rd.u64(jd, "dataset", "samples"));
+    }
+  } catch (const InvalidArgument& e) {
+    if (std::string_view(e.what()).starts_with("malformed")) throw;
+    malformed(path, e.what());
+  }
+  const Json& jo = rd.field(doc, "", "options");
+  DdsOptions options;
+  const std::int64_t world = rd.i64(jo, "options", "world_size");
+  if (world < 1 || world > 1 << 30) malformed(path, cat("options.world_size = ", world, " out of range"));
+  options.world_size = static_cast<int>(world);
+  options.shard_size = rd.u64(jo, "options", "shard_size");
+  if (options.shard_size == 0) malformed(path, "options.shard_size is 0");
+  options.seed = rd.u64(jo, "options", "seed");
+  try {
+    options.shuffle = parse_shuffle_mode(rd.str(jo, "options", "shuffle"));
+  } catch (const InvalidArgument& e) {
+    malformed(path, e.what());
+  }
+  options.epochs = rd.u32(jo, "options", "epochs");
+
+  // State, with every range checked against the dataset so a bad file is
+  // refused here instead of corrupting the sharding later.
+  const std::uint64_t n = dataset->size();
+  const auto ranks = static_cast<std::size_t>(options.world_size);
+  const Json& js = rd.field(doc, "", "state");
+  State s;
+  s.epoch = rd.u32(js, "state", "epoch");
+  s.finished = rd.boolean(js, "state", "finished");
+  s.fresh = rd.u64(js, "state", "fresh");
+  s.next_shard_id = rd.u64(js, "state", "next_shard_id");
+  s.next_lease_id = rd.u64(js, "state", "next_lease_id");
+  s.committed = rd.u64(js, "state", "committed");
+  s.done_shards = rd.u64(js, "state", "done_shards");
+  s.epochs_completed = rd.u64(js, "state", "epochs_completed");
+  s.total_committed = rd.u64(js, "state", "total_committed");
+  s.given_back = rd.u64(js, "state", "given_back");
+  s.resplit = rd.u64(js, "state", "resplit");
+  s.rank_failures = rd.u64(js, "state", "rank_failures");
+  if (s.fresh > n) malformed(path, cat("state.fresh = ", s.fresh, " beyond the ", n, " samples"));
+  if (s.committed > n) malformed(path, cat("state.committed = ", s.committed, " beyond the ", n, " samples"));
+  if (s.next_lease_id == 0) malformed(path, "state.next_lease_id is 0");
+
+  const Json& shards = rd.array(js, "state", "shards");
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    const std::string where = cat("state.shards[", i, "]");
+    Shard sh;
+    sh.epoch = s.epoch;
+    sh.id = rd.u64(shards[i], where, "id");
+    sh.begin = rd.u64(shards[i], where, "begin");
+    sh.end = rd.u64(shards[i], where, "end");
+    sh.cursor = rd.u64(shards[i], where, "cursor");
+    const std::int64_t owner = rd.i64(shards[i], where, "owner");
+    const std::string state_name = rd.str(shards[i], where, "state");
+    sh.attempts = rd.u32(shards[i], where, "attempts");
+    sh.pending = rd.u64(shards[i], where, "pending");
+    if (!(sh.begin <= sh.cursor && sh.cursor <= sh.end && sh.end <= s.fresh))
+      malformed(path, cat(where, ": range begin ", sh.begin, " cursor ", sh.cursor, " end ", sh.end,
+                          " is not ordered within the ", s.fresh, " positions cut so far"));
+    if (sh.id >= s.next_shard_id) malformed(path, cat(where, ".id = ", sh.id, " not below next_shard_id"));
+    if (state_name == "todo") sh.state = ShardState::todo;
+    else if (state_name == "doing") sh.state = ShardState::doing;
+    else malformed(path, cat(where, ".state = \"", state_name, "\" is not todo or doing"));
+    if (sh.state == ShardState::doing ? (owner < 0 || owner >= world) : owner != -1)
+      malformed(path, cat(where, ".owner = ", owner, " does not fit state ", state_name));
+    sh.owner = static_cast<int>(owner);
+    if (!s.shards.emplace(sh.id, sh).second) malformed(path, cat(where, ".id = ", sh.id, " appears twice"));
+  }
+  for (const Json& id : rd.array(js, "state", "todo")) {
+    if (!id.is_number_unsigned()) malformed(path, "state.todo holds a non-integer");
+    const auto it = s.shards.find(id.get<std::uint64_t>());
+    if (it == s.shards.end() || it->second.state != ShardState::todo)
+      malformed(path, cat("state.todo names shard ", id.dump(), ", which is not a TODO shard"));
+    s.todo.push_back(it->first);
+  }
+  const Json& active = rd.array(js, "state", "active");
+  if (active.size() != ranks) malformed(path, cat("state.active has ", active.size(), " entries for ", ranks, " ranks"));
+  for (std::size_t r = 0; r < ranks; ++r) {
+    if (!active[r].is_number_integer()) malformed(path, cat("state.active[", r, "] is not an integer"));
+    const auto id = active[r].get<std::int64_t>();
+    if (id >= 0) {
+      const auto it = s.shards.find(static_cast<std::uint64_t>(id));
+      if (it == s.shards.end() || it->second.owner != static_cast<int>(r) || it->second.cursor == it->second.end)
+        malformed(path, cat("state.active[", r, "] = ", id, " is not a DOING shard of rank ", r, " with samples left"));
+    }
+    s.active.push_back(id);
+  }
+  const Json& taken = rd.array(js, "state", "shards_taken");
+  if (taken.size() != ranks) malformed(path, cat("state.shards_taken has ", taken.size(), " entries for ", ranks, " ranks"));
+  for (const Json& t : taken) {
+    if (!t.is_number_unsigned()) malformed(path, "state.shards_taken holds a non-integer");
+    s.shards_taken.push_back(t.get<std::uint64_t>());
+  }
+  std::map<std::uint64_t, std::uint64_t> pending;  // per shard, from the leases
+  std::uint64_t leased = 0;
+  const Json& leases = rd.array(js, "state", "leases");
+  for (std::size_t i = 0; i < leases.size(); ++i) {
+    const std::string where = cat("state.leases[", i, "]");
+    const std::uint64_t id = rd.u64(leases[i], where, "id");
+    LeaseRecord record;
+    const std::int64_t rank = rd.i64(leases[i], where, "rank");
+    if (rank < 0 || rank >= world) malformed(path, cat(where, ".rank = ", rank, " out of range"));
+    record.rank = static_cast<int>(rank);
+    const Json& pieces = rd.array(leases[i], where, "pieces");
+    if (pieces.empty()) malformed(path, cat(where, " has no pieces"));
+    for (std::size_t j = 0; j < pieces.size(); ++j) {
+      const std::string pw = cat(where, ".pieces[", j, "]");
+      LeaseRecord::Piece piece{rd.u64(pieces[j], pw, "shard"), rd.u64(pieces[j], pw, "begin"),
+                               rd.u64(pieces[j], pw, "end")};
+      const auto it = s.shards.find(piece.shard);
+      if (it == s.shards.end() || it->second.owner != record.rank || piece.begin >= piece.end ||
+          piece.begin < it->second.begin || piece.end > it->second.cursor)
+        malformed(path, cat(pw, " [", piece.begin, ", ", piece.end, ") of shard ", piece.shard,
+                            " is not a handed-out range of a shard owned by rank ", rank));
+      pending[piece.shard] += piece.end - piece.begin;
+      leased += piece.end - piece.begin;
+      record.pieces.push_back(piece);
+    }
+    if (id == 0 || id >= s.next_lease_id) malformed(path, cat(where, ".id = ", id, " not below next_lease_id"));
+    if (!s.leases.emplace(id, std::move(record)).second) malformed(path, cat(where, ".id = ", id, " appears twice"));
+  }
+  // Every position of the epoch is in exactly one place: not yet cut, not yet
+  // handed out from a live shard, in an open lease, or committed.
+  std::uint64_t untaken = 0;
+  for (const auto& [id, sh] : s.shards) {
+    const auto it = pending.find(id);
+    if (sh.pending != (it == pending.end() ? 0 : it->second))
+      malformed(path, cat("state.shards id ", id, ": pending ", sh.pending, " disagrees with its open leases"));
+    untaken += sh.end - sh.cursor;
+  }
+  if (!s.finished && (n - s.fresh) + untaken + leased + s.committed != n)
+    malformed(path, cat("sample accounting does not add up: uncut ", n - s.fresh, " + unhanded ", untaken,
+                        " + leased ", leased, " + committed ", s.committed, " != ", n));
+  return Parsed{std::move(*dataset), options, std::move(s)};
+}
+
+void Dds::restore_locked(State state) {
+  state_ = std::move(state);
+  // The leases' fates are unknown after a coordinator restart, and the training
+  // state is rolled back to the checkpoint taken with this one: no step after it
+  // counts, so samples not committed at checkpoint time must be consumed again.
+  std::vector<std::uint64_t> open;
+  for (const auto& [id, record] : state_.leases) open.push_back(id);
+  for (auto id = open.rbegin(); id != open.rend(); ++id) return_lease_locked(*id);
+}
+
+void Dds::restore(const std::string& path) {
+  Parsed parsed = read_checkpoint(path);
+  if (!(parsed.dataset == dataset_))
+    raise<InvalidArgument>("DDS restore: checkpoint ", path, " describes a different dataset (",
+                           parsed.dataset.size(), " samples in ", parsed.dataset.files().size(), " files; this one has ",
+                           dataset_.size(), " in ", dataset_.files().size(), ")");
+  const auto differs = [&](const char* field) {
+    raise<InvalidArgument>("DDS restore: checkpoint ", path, " has a different options.", field);
+  };
+  if (parsed.options.world_size != options_.world_size) differs("world_size");
+  if (parsed.options.shard_size != options_.shard_size) differs("shard_size");
+  if (parsed.options.seed != options_.seed) differs("seed");
+  if (parsed.options.shuffle != options_.shuffle) differs("shuffle");
+  if (parsed.options.epochs != options_.epochs) differs("epochs");
+  std::lock_guard lock(mutex_);
+  restore_locked(std::move(parsed.state));
+}
+
+std::unique_ptr<Dds> Dds::load(const std::string& path) {
+  Parsed parsed = read_checkpoint(path);
+  auto dds = std::make_unique<Dds>(std::move(parsed.dataset), parsed.options);
+  std::lock_guard lock(dds->mutex_);
+  dds->restore_locked(std::move(parsed.state));
+  return dds;
+}
+
+}  // namespace antdt::sched
