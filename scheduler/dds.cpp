@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <utility>
 
@@ -422,27 +423,32 @@ std::uint64_t Dds::rank_failed(int rank) {
   std::lock_guard lock(mutex_);
   ++state_.rank_failures;
   if (state_.finished) return 0;
+  // Counted before the leases go back, which may rewind these shards' cursors.
+  std::uint64_t untouched = 0;
+  std::vector<std::uint64_t> owned;
+  for (const auto& [id, shard] : state_.shards)
+    if (shard.owner == rank && shard.state == ShardState::doing) {
+      owned.push_back(id);
+      untouched += shard.end - shard.cursor;
+    }
   const std::uint64_t before = state_.given_back;
   std::vector<std::uint64_t> mine;
   for (const auto& [id, record] : state_.leases)
     if (record.rank == rank) mine.push_back(id);
   for (auto id = mine.rbegin(); id != mine.rend(); ++id) return_lease_locked(*id);
-  std::uint64_t returned = state_.given_back - before;
+  const std::uint64_t returned = state_.given_back - before + untouched;
   // Every lease cut from a shard belongs to its owner, so the rank's shards
   // have no pending samples left: each one with samples left becomes TODO as it is.
-  std::vector<std::uint64_t> owned;
-  for (const auto& [id, shard] : state_.shards)
-    if (shard.owner == rank && shard.state == ShardState::doing) owned.push_back(id);
   state_.active[static_cast<std::size_t>(rank)] = -1;
   for (const std::uint64_t id : owned) {
-    Shard& shard = state_.shards.at(id);
+    const auto it = state_.shards.find(id);
+    if (it == state_.shards.end()) continue;  // DONE when its last lease went back
+    Shard& shard = it->second;
     ANTDT_ASSERT(shard.pending == 0);
     if (shard.cursor == shard.end) {
       maybe_done_locked(shard);
       continue;
     }
-    returned += shard.end - shard.cursor;
-    state_.given_back += shard.end - shard.cursor;
     shard.state = ShardState::todo;
     shard.owner = -1;
     state_.todo.push_front(id);
@@ -713,6 +719,15 @@ Dds::Parsed Dds::read_checkpoint(const std::string& path) {
     }
     s.active.push_back(id);
   }
+  // Every shard with samples left must be reachable, or its samples would never be handed out.
+  std::uint64_t todo_shards = 0;
+  for (const auto& [id, sh] : s.shards) {
+    if (sh.state == ShardState::todo) ++todo_shards;
+    else if (sh.cursor < sh.end && s.active[static_cast<std::size_t>(sh.owner)] != static_cast<std::int64_t>(id))
+      malformed(path, cat("DOING shard ", id, " has samples left but is not rank ", sh.owner, "'s active shard"));
+  }
+  if (std::set<std::uint64_t>(s.todo.begin(), s.todo.end()).size() != s.todo.size() || s.todo.size() != todo_shards)
+    malformed(path, cat("state.todo lists ", s.todo.size(), " entries for ", todo_shards, " TODO shards"));
   const Json& taken = rd.array(js, "state", "shards_taken");
   if (taken.size() != ranks) malformed(path, cat("state.shards_taken has ", taken.size(), " entries for ", ranks, " ranks"));
   for (const Json& t : taken) {

@@ -122,7 +122,7 @@ struct DdsProgress {
   std::uint64_t epochs_completed = 0;
   // Since the start of the job (kept across checkpoints):
   std::uint64_t total_committed = 0;
-  std::uint64_t given_back_samples = 0;  // by give_back, rank_failed and restore
+  std::uint64_t given_back_samples = 0;  // samples of leases returned (give_back, rank_failed, restore)
   std::uint64_t resplit_samples = 0;     // tails cut off by resplit
   std::uint64_t rank_failures = 0;
 };
