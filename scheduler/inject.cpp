@@ -4,6 +4,7 @@
 #include "core/config.hpp"
 #include "core/error.hpp"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <climits>
@@ -16,10 +17,11 @@ namespace {
 constexpr std::string_view kVar = "ANTDT_INJECT";
 constexpr std::string_view kAccepted =
     "clauses separated by ';', each 'rank=<N|A-B|*>:key=value,...' with keys slow, spike_p, spike_x, spike_len, "
-    "from_step, delay_us, seed; or 'seed=<N>' alone";
+    "from_step, delay_us, bw_mbps, seed; or 'seed=<N>' alone";
 constexpr double kMaxFactor = 1000;
 constexpr std::uint64_t kMaxSpikeLen = 10000;
 constexpr std::uint64_t kMaxDelayUs = 60'000'000;
+constexpr double kMaxBandwidthMbps = 1'000'000;
 constexpr std::uint64_t kMaxStep = 1ULL << 62;
 
 std::string_view trim(std::string_view s) {
@@ -104,6 +106,8 @@ class Parser {
       c.from_step = unsigned_value(clause, key, value, kMaxStep);
     } else if (key == "delay_us") {
       c.delay_us = unsigned_value(clause, key, value, kMaxDelayUs);
+    } else if (key == "bw_mbps") {
+      c.bw_mbps = real_value(clause, key, value, 0, kMaxBandwidthMbps, true);
     } else if (key == "seed") {
       c.seed = unsigned_value(clause, key, value, UINT64_MAX);
     } else {
@@ -140,9 +144,9 @@ class Parser {
       c.text = std::string(clause);
       parse_ranks(clause, head_value, c);
 
-      std::array<bool, 7> seen{};
-      constexpr std::array<std::string_view, 7> kKeys{"slow", "spike_p", "spike_x", "spike_len",
-                                                      "from_step", "delay_us", "seed"};
+      std::array<bool, 8> seen{};
+      constexpr std::array<std::string_view, 8> kKeys{"slow",      "spike_p",  "spike_x", "spike_len",
+                                                      "from_step", "delay_us", "seed",    "bw_mbps"};
       std::string_view keys = clause.substr(colon + 1);
       bool any = false;
       while (!keys.empty()) {
@@ -205,6 +209,10 @@ Injector::Injector(const InjectSpec& spec, int rank, int nranks) : rank_(rank) {
     }
     if (!c.applies_to(rank)) continue;
     delay_ += std::chrono::microseconds(c.delay_us);
+    if (c.bw_mbps > 0) {
+      const double cap = c.bw_mbps * 1e6;
+      send_bytes_per_second_ = send_bytes_per_second_ > 0 ? std::min(send_bytes_per_second_, cap) : cap;
+    }
     if (c.slow != 1 || c.spike_p > 0) {
       clauses_.push_back(Effect{c.slow, c.spike_p, c.spike_x, c.spike_len, c.from_step, c.seed.value_or(spec.seed), i});
     }

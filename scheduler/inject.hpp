@@ -11,8 +11,10 @@
 //   spike_len=L   steps a spike lasts (default 1)
 //   from_step=S   slow and spikes apply from step S on (a persistent onset)
 //   delay_us=D    transport delay per message, microseconds
+//   bw_mbps=M     cap on the rank's send bandwidth, 10^6 bytes/s (fault transport)
 //   seed=N        seed of this clause's spikes
-// Every clause that names a rank applies to it: factors multiply, delays add.
+// Every clause that names a rank applies to it: factors multiply, delays add,
+// the lowest bandwidth cap wins.
 // docs/monitor.md has the full description. The parser lives here; Config
 // (core/config.cpp) calls it so ANTDT_INJECT is validated with the rest.
 #pragma once
@@ -40,6 +42,7 @@ struct InjectClause {
   std::uint32_t spike_len = 1;
   std::uint64_t from_step = 0;
   std::uint64_t delay_us = 0;
+  double bw_mbps = 0;        // 0: no cap
   std::optional<std::uint64_t> seed;
 
   bool applies_to(int rank) const noexcept { return rank_first < 0 || (rank >= rank_first && rank <= rank_last); }
@@ -64,7 +67,7 @@ class Injector {
   // From the process configuration (nothing when ANTDT_INJECT is unset).
   static Injector from_config(const Config& cfg, int rank, int nranks);
 
-  bool active() const noexcept { return !clauses_.empty() || delay_.count() > 0; }
+  bool active() const noexcept { return !clauses_.empty() || delay_.count() > 0 || send_bytes_per_second_ > 0; }
   int rank() const noexcept { return rank_; }
 
   // Factor by which this rank's compute of `step` is stretched (1 = none).
@@ -72,6 +75,8 @@ class Injector {
   bool in_spike(std::uint64_t step) const noexcept;
   // Delay the fault transport adds to every message this rank sends.
   std::chrono::microseconds transport_delay() const noexcept { return delay_; }
+  // Cap the fault transport puts on this rank's send bandwidth (0: none).
+  double transport_bytes_per_second() const noexcept { return send_bytes_per_second_; }
 
   // A synthetic compute phase: sleeps base_seconds * compute_factor(step) and
   // returns the seconds it meant to sleep.
@@ -92,6 +97,7 @@ class Injector {
   int rank_ = -1;
   std::vector<Effect> clauses_;
   std::chrono::microseconds delay_{0};
+  double send_bytes_per_second_ = 0;
 };
 
 }  // namespace antdt::sched

@@ -410,6 +410,15 @@ TEST(FaultTransport, PlanComesFromTheInjectorOfEachRank) {
   EXPECT_EQ(transport::fault_plan_from(rank1).send_delay, std::chrono::microseconds(2000));
   EXPECT_EQ(transport::fault_plan_from(rank0).send_delay, std::chrono::microseconds(500));
   EXPECT_TRUE(transport::has_transport_faults(rank1));
+  EXPECT_EQ(transport::fault_plan_from(rank1).send_bytes_per_second, 0);
+  // Bandwidth caps: the lowest of the clauses naming the rank wins.
+  const sched::InjectSpec capped = sched::parse_inject("rank=*:bw_mbps=100;rank=3:bw_mbps=2.5;rank=3:bw_mbps=40");
+  EXPECT_EQ(transport::fault_plan_from(sched::Injector(capped, 3, 4)).send_bytes_per_second, 2.5e6);
+  EXPECT_EQ(transport::fault_plan_from(sched::Injector(capped, 0, 4)).send_bytes_per_second, 100e6);
+  EXPECT_TRUE(transport::has_transport_faults(sched::Injector(capped, 0, 4)));
+  EXPECT_THROW(sched::parse_inject("rank=1:bw_mbps=0"), ConfigError);
+  EXPECT_THROW(sched::parse_inject("rank=1:bw_mbps=-3"), ConfigError);
+  EXPECT_THROW(sched::parse_inject("rank=1:bw_mbps=5,bw_mbps=6"), ConfigError);
   const sched::Injector compute_only(sched::parse_inject("rank=2:slow=3"), 2, 4);
   EXPECT_FALSE(transport::has_transport_faults(compute_only));
   EXPECT_FALSE(transport::has_transport_faults(sched::Injector()));

@@ -161,6 +161,7 @@ class FaultTransport final : public Transport {
 FaultPlan fault_plan_from(const sched::Injector& injector) {
   FaultPlan plan;
   plan.send_delay = injector.transport_delay();
+  plan.send_bytes_per_second = injector.transport_bytes_per_second();
   return plan;
 }
 

@@ -42,7 +42,7 @@ struct FaultPlan {
   bool injects_anything() const noexcept { return send_delay.count() > 0 || send_bytes_per_second > 0; }
 };
 
-// The transport effects ANTDT_INJECT gives the injector's rank (delay_us).
+// The transport effects ANTDT_INJECT gives the injector's rank (delay_us, bw_mbps).
 FaultPlan fault_plan_from(const sched::Injector& injector);
 
 // Whether ANTDT_INJECT asks for transport effects on the injector's rank, that
