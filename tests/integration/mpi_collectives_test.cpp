@@ -1,4 +1,6 @@
 // Multi-process correctness test of the public C++ API, one process per rank,
+// for every collective (allreduce, broadcast, barrier, reduce-scatter, reduce,
+// allgather(v), alltoall, send/recv, group calls, non-blocking requests),
 // launched by mpirun (or by hand with ANTDT_RANK/ANTDT_WORLD_SIZE/ANTDT_ROOT).
 // It links only libantdt_comm, never MPI: the library must find its peers from
 // the launcher's environment alone.
@@ -413,6 +415,242 @@ void test_invalid_arguments(Communicator& comm, Report& report) {
                                        std::to_string(comm.size()));
 }
 
+// ---------------------------------------------------------------------------
+// The rest of the collective suite
+// ---------------------------------------------------------------------------
+constexpr std::array<ReduceOp, 5> kOps{ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg};
+
+// Exact in every datatype: a small integer naming (a, b, i).
+double label(const TypeInfo& t, std::size_t a, std::size_t b, std::size_t i) {
+  const double v = static_cast<double>((a * 31 + b * 7 + i * 3) % 100);
+  return t.is_signed ? v - 50 : v;
+}
+
+void check_element(Report& report, const std::string& what, std::size_t i, double got, double want,
+                   const TypeInfo& t, ReduceOp op, int& reported) {
+  if (matches(t, op, got, want)) {
+    report.check(true, "");
+    return;
+  }
+  report.check(false, reported++ < 3 ? what + ": element " + std::to_string(i) + " = " + std::to_string(got) +
+                                           ", expected " + std::to_string(want)
+                                     : "");
+}
+
+void test_reduce_scatter(Communicator& comm, Report& report) {
+  const auto n = static_cast<std::size_t>(comm.size());
+  const auto r = static_cast<std::size_t>(comm.rank());
+  for (const TypeInfo& t : kTypes) {
+    for (const ReduceOp op : kOps) {
+      for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{70001}}) {
+        if (count > 1000 && t.dtype != DataType::f32 && t.dtype != DataType::u8) continue;
+        for (const bool in_place : {false, true}) {
+          std::vector<std::byte> send(std::max<std::size_t>(n * count, 1) * t.width);
+          for (std::size_t i = 0; i < n * count; ++i) encode(t, contribution(t, op, comm.rank(), i), send.data() + i * t.width);
+          std::vector<std::byte> recv(std::max<std::size_t>(count, 1) * t.width, std::byte{0x5a});
+          std::byte* out = in_place ? send.data() + r * count * t.width : recv.data();
+          comm.reduce_scatter(send.data(), out, count, t.dtype, op);
+          const std::string what = describe("reduce_scatter", t, op_text(op), count, in_place ? "in-place" : "out-of-place");
+          int reported = 0;
+          for (std::size_t j = 0; j < count; ++j)
+            check_element(report, what, j, decode(t, out + j * t.width), reference(t, op, comm.size(), r * count + j), t,
+                          op, reported);
+        }
+      }
+    }
+  }
+}
+
+void test_reduce(Communicator& comm, Report& report) {
+  int round = 0;
+  for (const TypeInfo& t : kTypes) {
+    for (const ReduceOp op : kOps) {
+      // 70001 elements is above the binomial tree's 64 KiB: the pipelined chain.
+      for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{70001}}) {
+        if (count > 1000 && op != ReduceOp::sum && op != ReduceOp::max) continue;
+        for (const bool in_place : {false, true}) {
+          const int root = round++ % comm.size();
+          const bool is_root = comm.rank() == root;
+          std::vector<std::byte> send(std::max<std::size_t>(count, 1) * t.width);
+          for (std::size_t i = 0; i < count; ++i) encode(t, contribution(t, op, comm.rank(), i), send.data() + i * t.width);
+          std::vector<std::byte> recv(send.size(), std::byte{0x5a});
+          std::byte* out = in_place && is_root ? send.data() : recv.data();
+          comm.reduce(send.data(), out, count, t.dtype, op, root);
+          const std::string what = describe("reduce", t, op_text(op), count, in_place ? "in-place" : "out-of-place") +
+                                   " root " + std::to_string(root);
+          int reported = 0;
+          if (is_root)
+            for (std::size_t i = 0; i < count; ++i)
+              check_element(report, what, i, decode(t, out + i * t.width), reference(t, op, comm.size(), i), t, op,
+                            reported);
+          else
+            report.check(std::all_of(recv.begin(), recv.end(), [](std::byte b) { return b == std::byte{0x5a}; }),
+                         what + ": a non-root's recv buffer was written");
+        }
+      }
+    }
+  }
+}
+
+void test_allgather(Communicator& comm, Report& report) {
+  const auto n = static_cast<std::size_t>(comm.size());
+  const auto r = static_cast<std::size_t>(comm.rank());
+  for (const TypeInfo& t : kTypes) {
+    for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{40001}}) {
+      for (const bool in_place : {false, true}) {
+        std::vector<std::byte> mine(std::max<std::size_t>(count, 1) * t.width);
+        for (std::size_t i = 0; i < count; ++i) encode(t, label(t, r, 0, i), mine.data() + i * t.width);
+        std::vector<std::byte> recv(std::max<std::size_t>(n * count, 1) * t.width, std::byte{0x5a});
+        const std::byte* from = mine.data();
+        if (in_place) {
+          std::memcpy(recv.data() + r * count * t.width, mine.data(), count * t.width);
+          from = recv.data() + r * count * t.width;
+        }
+        comm.allgather(from, recv.data(), count, t.dtype);
+        const std::string what = describe("allgather", t, "-", count, in_place ? "in-place" : "out-of-place");
+        int reported = 0;
+        for (std::size_t b = 0; b < n; ++b)
+          for (std::size_t i = 0; i < count; ++i)
+            check_element(report, what + " block " + std::to_string(b), i, decode(t, recv.data() + (b * count + i) * t.width),
+                          label(t, b, 0, i), t, ReduceOp::sum, reported);
+      }
+    }
+    // AllGatherV: every other rank gives nothing; blocks in reverse rank order with gaps.
+    std::vector<std::size_t> counts(n), displs(n);
+    std::size_t extent = 0;
+    for (std::size_t b = 0; b < n; ++b) counts[b] = b % 2 == 1 ? 0 : 3 + 500 * b;
+    for (std::size_t b = n; b-- > 0;) {
+      displs[b] = extent + 1;
+      extent = displs[b] + counts[b];
+    }
+    std::vector<std::byte> mine(std::max<std::size_t>(counts[r], 1) * t.width);
+    for (std::size_t i = 0; i < counts[r]; ++i) encode(t, label(t, r, 1, i), mine.data() + i * t.width);
+    std::vector<std::byte> recv(extent * t.width, std::byte{0x5a});
+    comm.allgatherv(mine.data(), recv.data(), counts, displs, t.dtype);
+    int reported = 0;
+    for (std::size_t b = 0; b < n; ++b) {
+      for (std::size_t i = 0; i < counts[b]; ++i)
+        check_element(report, std::string("allgatherv ") + t.name + " block " + std::to_string(b), i,
+                      decode(t, recv.data() + (displs[b] + i) * t.width), label(t, b, 1, i), t, ReduceOp::sum, reported);
+      report.check(recv[(displs[b] - 1) * t.width] == std::byte{0x5a},
+                   std::string("allgatherv ") + t.name + ": wrote into the gap before block " + std::to_string(b));
+    }
+  }
+}
+
+void test_alltoall(Communicator& comm, Report& report) {
+  const auto n = static_cast<std::size_t>(comm.size());
+  const auto r = static_cast<std::size_t>(comm.rank());
+  for (const TypeInfo& t : kTypes) {
+    for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{30001}}) {
+      for (const bool in_place : {false, true}) {
+        std::vector<std::byte> send(std::max<std::size_t>(n * count, 1) * t.width);
+        for (std::size_t j = 0; j < n; ++j)
+          for (std::size_t i = 0; i < count; ++i) encode(t, label(t, r, j, i), send.data() + (j * count + i) * t.width);
+        std::vector<std::byte> recv = in_place ? send : std::vector<std::byte>(send.size(), std::byte{0x5a});
+        comm.alltoall(in_place ? recv.data() : send.data(), recv.data(), count, t.dtype);
+        const std::string what = describe("alltoall", t, "-", count, in_place ? "in-place" : "out-of-place");
+        int reported = 0;
+        for (std::size_t j = 0; j < n; ++j)
+          for (std::size_t i = 0; i < count; ++i)
+            check_element(report, what + " block " + std::to_string(j), i, decode(t, recv.data() + (j * count + i) * t.width),
+                          label(t, j, r, i), t, ReduceOp::sum, reported);
+      }
+    }
+  }
+}
+
+// A ring exchange three ways (group, isend/irecv with collectives between, and
+// blocking by parity); messages of one size told apart by order only.
+void test_send_recv(Communicator& comm, Report& report) {
+  const int n = comm.size();
+  if (n < 2) return;
+  const int right = (comm.rank() + 1) % n, left = (comm.rank() + n - 1) % n;
+  constexpr int kMessages = 5;
+  constexpr std::size_t kLength = 40001;  // several transport fragments
+  std::vector<std::vector<std::int32_t>> out(kMessages, std::vector<std::int32_t>(kLength)), in = out;
+  for (int m = 0; m < kMessages; ++m)
+    for (std::size_t i = 0; i < kLength; ++i)
+      out[static_cast<std::size_t>(m)][i] = comm.rank() * 1000000 + m * 100000 + static_cast<std::int32_t>(i % 100000);
+  auto check = [&](const char* how) {
+    for (int m = 0; m < kMessages; ++m) {
+      bool ok = true;
+      for (std::size_t i = 0; i < kLength && ok; ++i)
+        ok = in[static_cast<std::size_t>(m)][i] == left * 1000000 + m * 100000 + static_cast<std::int32_t>(i % 100000);
+      report.check(ok, std::string("send/recv ") + how + ": message " + std::to_string(m) + " is wrong or out of order");
+    }
+    for (auto& v : in) std::fill(v.begin(), v.end(), -1);
+  };
+  comm.group_start();
+  for (auto& v : out) comm.send(v.data(), kLength, DataType::i32, right);
+  for (auto& v : in) comm.recv(v.data(), kLength, DataType::i32, left);
+  comm.group_end();
+  check("in a group");
+
+  std::vector<antdt::Request> requests;
+  for (auto& v : in) requests.push_back(comm.irecv(v.data(), kLength, DataType::i32, left));
+  for (auto& v : out) requests.push_back(comm.isend(v.data(), kLength, DataType::i32, right));
+  std::int64_t one = 1;
+  comm.allreduce(&one, &one, 1, DataType::i64, ReduceOp::sum);
+  report.check(one == n, "allreduce between posted transfers gave " + std::to_string(one));
+  for (auto it = requests.rbegin(); it != requests.rend(); ++it) it->wait();
+  check("isend/irecv");
+
+  for (int m = 0; m < kMessages; ++m) {
+    auto& o = out[static_cast<std::size_t>(m)];
+    auto& i = in[static_cast<std::size_t>(m)];
+    if (comm.rank() % 2 == 0) {
+      comm.send(o.data(), kLength, DataType::i32, right);
+      comm.recv(i.data(), kLength, DataType::i32, left);
+    } else {
+      antdt::Request q = comm.irecv(i.data(), kLength, DataType::i32, left);
+      comm.send(o.data(), kLength, DataType::i32, right);
+      q.wait();
+    }
+  }
+  check("blocking");
+}
+
+// Allreduces in a group (fused per dtype and op) equal the same calls made one by one.
+void test_group_and_requests(Communicator& comm, Report& report) {
+  const TypeInfo& f32 = kTypes[0];
+  const TypeInfo& i64 = kTypes[8];
+  std::vector<std::byte> a(1001 * 4), b(17 * 8), c(5 * 4);
+  auto fill = [&](std::vector<std::byte>& v, const TypeInfo& t, ReduceOp op, std::size_t shift) {
+    for (std::size_t i = 0; i < v.size() / t.width; ++i) encode(t, contribution(t, op, comm.rank(), i + shift), v.data() + i * t.width);
+  };
+  fill(a, f32, ReduceOp::sum, 0);
+  fill(b, i64, ReduceOp::max, 3);
+  fill(c, f32, ReduceOp::sum, 9);
+  std::vector<std::byte> ga(a.size()), gb(b.size()), gc(c.size());
+  comm.group_start();
+  comm.allreduce(a.data(), ga.data(), 1001, DataType::f32, ReduceOp::sum);
+  comm.allreduce(b.data(), gb.data(), 17, DataType::i64, ReduceOp::max);
+  comm.allreduce(c.data(), gc.data(), 5, DataType::f32, ReduceOp::sum);
+  comm.group_end();
+  int reported = 0;
+  for (std::size_t i = 0; i < 1001; ++i)
+    check_element(report, "grouped allreduce a", i, decode(f32, ga.data() + i * 4), reference(f32, ReduceOp::sum, comm.size(), i),
+                  f32, ReduceOp::sum, reported);
+  for (std::size_t i = 0; i < 17; ++i)
+    check_element(report, "grouped allreduce b", i, decode(i64, gb.data() + i * 8),
+                  reference(i64, ReduceOp::max, comm.size(), i + 3), i64, ReduceOp::max, reported);
+  for (std::size_t i = 0; i < 5; ++i)
+    check_element(report, "grouped allreduce c", i, decode(f32, gc.data() + i * 4),
+                  reference(f32, ReduceOp::sum, comm.size(), i + 9), f32, ReduceOp::sum, reported);
+
+  // Non-blocking collectives, waited for out of order.
+  std::vector<std::byte> ra(a.size()), rb(b.size());
+  antdt::Request first = comm.iallreduce(a.data(), ra.data(), 1001, DataType::f32, ReduceOp::sum);
+  antdt::Request second = comm.iallreduce(b.data(), rb.data(), 17, DataType::i64, ReduceOp::max);
+  antdt::Request barrier = comm.ibarrier();
+  second.wait();
+  report.check(first.test(), "a request issued before a completed one is not complete");
+  barrier.wait();
+  first.wait();
+  report.check(ra == ga && rb == gb, "non-blocking allreduces differ from the grouped ones");
+}
+
 }  // namespace
 
 int main() {
@@ -430,6 +668,12 @@ int main() {
     test_broadcast(*comm, report);
     test_barrier(*comm, report);
     test_invalid_arguments(*comm, report);
+    test_reduce_scatter(*comm, report);
+    test_reduce(*comm, report);
+    test_allgather(*comm, report);
+    test_alltoall(*comm, report);
+    test_send_recv(*comm, report);
+    test_group_and_requests(*comm, report);
     comm->barrier();
     std::printf("mpi_collectives_test: rank %d of %d (%s): %d checks, %d failures\n", comm->rank(), comm->size(),
                 std::string(comm->transport_name()).c_str(), report.checks(), report.failures());
