@@ -216,19 +216,26 @@ TEST(Dds, FastRanksTakeMoreShardsThanASlowRank) {
 }
 
 TEST(Dds, ResplitHandsTheStragglersTailToAFastRank) {
-  Dds dds(Dataset::samples(100), small_options(2, 50));
-  const Batch slow = dds.fetch(0, 10);  // shard 0, positions 0..9
-  EXPECT_EQ(dds.resplit(0, 5), 35u);    // keeps 10..14, the tail 15..49 goes back
+  Dds dds(Dataset::samples(150), small_options(2, 50));
+  const Batch slow = dds.fetch(0, 10);       // shard 0, positions 0..9
+  const Batch lost = dds.fetch(1, 5);        // shard 1, positions 50..54
+  ASSERT_EQ(dds.rank_failed(1), 50u);        // shard 1 goes back to TODO whole
+  EXPECT_FALSE(dds.commit(lost.lease));
+  EXPECT_EQ(dds.resplit(0, 5), 35u);         // keeps 10..14, the tail 15..49 goes back, ahead of shard 1
   EXPECT_EQ(dds.progress().resplit_samples, 35u);
-  const Batch fast = dds.fetch(1, 100);  // the tail is first in line, then a fresh shard
-  ASSERT_EQ(fast.samples.size(), 85u);
+  const Batch fast = dds.fetch(1, 100);      // the tail, shard 1, then 15 of a fresh shard
+  ASSERT_EQ(fast.samples.size(), 100u);
   EXPECT_EQ(std::vector<std::uint64_t>(fast.samples.begin(), fast.samples.begin() + 35), order_slice(dds, 15, 50));
-  EXPECT_EQ(std::vector<std::uint64_t>(fast.samples.begin() + 35, fast.samples.end()), order_slice(dds, 50, 100));
-  const Batch kept = dds.fetch(0, 100);  // the straggler still gets what it kept, nothing more
+  EXPECT_EQ(std::vector<std::uint64_t>(fast.samples.begin() + 35, fast.samples.begin() + 85),
+            order_slice(dds, 50, 100));
+  EXPECT_EQ(std::vector<std::uint64_t>(fast.samples.begin() + 85, fast.samples.end()), order_slice(dds, 100, 115));
+  const Batch kept = dds.fetch(0, 100);      // the straggler still gets what it kept, nothing more
   EXPECT_EQ(kept.samples, order_slice(dds, 10, 15));
   EXPECT_EQ(dds.fetch(0, 1).status, FetchStatus::wait);
-  EXPECT_EQ(dds.resplit(0), 0u);  // nothing left to cut
-  for (const auto lease : {slow.lease, fast.lease, kept.lease}) EXPECT_TRUE(dds.commit(lease));
+  EXPECT_EQ(dds.resplit(0), 0u);             // nothing left to cut
+  const Batch rest = dds.fetch(1, 100);
+  EXPECT_EQ(rest.samples, order_slice(dds, 115, 150));
+  for (const auto lease : {slow.lease, fast.lease, kept.lease, rest.lease}) EXPECT_TRUE(dds.commit(lease));
   EXPECT_TRUE(dds.progress().finished);
   EXPECT_EQ(dds.fetch(1, 1).status, FetchStatus::finished);
 }
