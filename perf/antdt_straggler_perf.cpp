@@ -21,6 +21,7 @@
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <optional>
 #include <span>
@@ -176,7 +177,9 @@ struct RankCounts {
   std::uint64_t deferred = 0;  // contributions in a later step's result
   std::uint64_t dropped = 0;   // contributions reported dropped
   std::uint64_t fetched = 0;   // weight-0 calls that fetched a missed result
-  static constexpr std::size_t kFields = 5;
+  double compute_s = 0;        // time computing
+  double call_s = 0;           // time in partial_allreduce calls with a contribution
+  static constexpr std::size_t kFields = 7;
 };
 
 struct PhaseResult {
@@ -193,18 +196,22 @@ struct PhaseResult {
 // Every rank's counts, on every rank.
 std::vector<RankCounts> gather_counts(Communicator& comm, const RankCounts& mine) {
   const std::size_t n = static_cast<std::size_t>(comm.size());
-  std::vector<std::uint64_t> table(n * RankCounts::kFields, 0);
-  std::uint64_t* row = &table[static_cast<std::size_t>(comm.rank()) * RankCounts::kFields];
-  row[0] = mine.computed;
-  row[1] = mine.included;
-  row[2] = mine.deferred;
-  row[3] = mine.dropped;
-  row[4] = mine.fetched;
+  // Counts travel as doubles (exact below 2^53).
+  std::vector<double> table(n * RankCounts::kFields, 0.0);
+  double* row = &table[static_cast<std::size_t>(comm.rank()) * RankCounts::kFields];
+  row[0] = static_cast<double>(mine.computed);
+  row[1] = static_cast<double>(mine.included);
+  row[2] = static_cast<double>(mine.deferred);
+  row[3] = static_cast<double>(mine.dropped);
+  row[4] = static_cast<double>(mine.fetched);
+  row[5] = mine.compute_s;
+  row[6] = mine.call_s;
   comm.allreduce(std::span(table), ReduceOp::sum);
   std::vector<RankCounts> out(n);
+  const auto count = [](double v) { return static_cast<std::uint64_t>(v); };
   for (std::size_t r = 0; r < n; ++r) {
-    const std::uint64_t* v = &table[r * RankCounts::kFields];
-    out[r] = RankCounts{v[0], v[1], v[2], v[3], v[4]};
+    const double* v = &table[r * RankCounts::kFields];
+    out[r] = RankCounts{count(v[0]), count(v[1]), count(v[2]), count(v[3]), count(v[4]), v[5], v[6]};
   }
   return out;
 }
@@ -240,9 +247,13 @@ class Trainer {
         ++counts.fetched;
       } else {
         ++counts.computed;
+        const auto compute_start = Clock::now();
         inj_.simulate_compute(opts_.compute_seconds, counts.computed);
         fill_gradient(gradient_, comm_.rank(), counts.computed);
+        const auto call_start = Clock::now();
         r = call(weighted);
+        counts.compute_s += std::chrono::duration<double>(call_start - compute_start).count();
+        counts.call_s += std::chrono::duration<double>(Clock::now() - call_start).count();
         if (r.fate == Fate::included) ++counts.included;
         if (r.fate == Fate::deferred) ++counts.deferred;
         if (r.fate == Fate::dropped) ++counts.dropped;
@@ -338,9 +349,9 @@ int run(Communicator& comm, const Resolved& opts) {
 
   if (printer) {
     std::printf("# %s: %d ranks over %s, %" PRIu64 " results per policy, compute %.1f ms x ANTDT_INJECT per step, "
-                "%zu-byte f32 avg gradient, batch %d, staleness %u\n",
+                "%zu-byte f32 avg gradient, batch %d, staleness %u, ANTDT_RESULT_CACHE %zu\n",
                 kToolName, comm.size(), std::string(comm.transport_name()).c_str(), opts.steps,
-                opts.compute_seconds * 1e3, opts.count * sizeof(float), opts.batch, opts.staleness);
+                opts.compute_seconds * 1e3, opts.count * sizeof(float), opts.batch, opts.staleness, cfg.result_cache);
     std::printf("# ANTDT_INJECT: %s\n", cfg.inject ? cfg.inject->text.c_str() : "(unset: nobody is slowed)");
     std::printf("# standalone samples/s per rank:");
     for (const double rate : standalone_rates) std::printf(" %.1f", rate);
@@ -373,16 +384,17 @@ int run(Communicator& comm, const Resolved& opts) {
   }
   if (printer) {
     std::printf("#\n# per rank: contributions computed = included + deferred + dropped; fetched = missed results "
-                "fetched with weight 0\n");
-    std::printf("# %7s %4s %-13s %8s %8s %8s %8s %8s\n", "policy", "rank", "class", "computed", "included",
-                "deferred", "dropped", "fetched");
+                "fetched with weight 0;\n#   compute ms / call ms: mean per computed step (call: partial_allreduce with a contribution)\n");
+    std::printf("# %7s %4s %-13s %8s %8s %8s %8s %8s %10s %10s\n", "policy", "rank", "class", "computed",
+                "included", "deferred", "dropped", "fetched", "compute ms", "call ms");
     for (const PhaseResult& p : phases) {
       for (std::size_t r = 0; r < p.ranks.size(); ++r) {
         const RankCounts& c = p.ranks[r];
-        std::printf("# %7s %4zu %-13s %8" PRIu64 " %8" PRIu64 " %8" PRIu64 " %8" PRIu64 " %8" PRIu64 "\n",
+        const double per_step = c.computed > 0 ? 1e3 / static_cast<double>(c.computed) : 0;
+        std::printf("# %7s %4zu %-13s %8" PRIu64 " %8" PRIu64 " %8" PRIu64 " %8" PRIu64 " %8" PRIu64 " %10.2f %10.2f\n",
                     std::string(policy_name(p.policy)).c_str(), r,
                     std::string(antdt::straggler_class_name(p.classes[r])).c_str(), c.computed, c.included,
-                    c.deferred, c.dropped, c.fetched);
+                    c.deferred, c.dropped, c.fetched, c.compute_s * per_step, c.call_s * per_step);
       }
       std::printf("# %7s %" PRIu64 " results in %.2f s\n", std::string(policy_name(p.policy)).c_str(), p.results,
                   p.wall_seconds);
@@ -429,6 +441,10 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // A rank k times slower falls about k steps behind, a 5x spike about 5: keep
+  // enough results for the scenarios here unless the user chose (before the
+  // configuration is first read).
+  ::setenv("ANTDT_RESULT_CACHE", "16", /*overwrite=*/0);
   std::optional<Communicator> comm;
   try {
     comm.emplace(Communicator::from_env());
