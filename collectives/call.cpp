@@ -30,6 +30,7 @@ const char* kind_name(Kind k) {
     case Kind::alltoall: return "alltoall";
     case Kind::point_to_point: return "send/recv";
     case Kind::partial: return "partial_allreduce";
+    case Kind::partial_catchup: return "partial_allreduce catch-up";
   }
   return "?";
 }

@@ -108,6 +108,7 @@ PartialState& state_of(detail::CommImpl& comm) {
 // Partial steps use their own sequence space, apart from ordinary collectives.
 constexpr std::uint64_t kStepSeqBit = std::uint64_t{1} << 62;
 constexpr std::uint64_t kFinishSeqBit = std::uint64_t{1} << 61;
+constexpr std::uint64_t kCatchupSeqBit = std::uint64_t{1} << 60;
 
 std::uint64_t signature_of(std::size_t count, DataType dtype, ReduceOp op, const PartialOptions& opts) {
   Signature sig{Kind::partial, count, dtype, op, -1, Algo::ring};
@@ -149,7 +150,13 @@ void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision
                std::uint64_t seq, const std::byte* send, std::byte* own_result, std::size_t count, bool finishing) {
   const int me = comm.rank();
   const std::size_t bytes = count * dtype_size(sig.dtype);
-  Call call(comm, sig, seq);
+  // Two calls, two tags: the ring's messages and the catch-up pushes travel
+  // between the same ranks, and each side posts them in a different order, so
+  // they must not share one in-order matching stream.
+  Call ring(comm, sig, seq);
+  Signature push_sig = sig;
+  push_sig.kind = Kind::partial_catchup;
+  Call push(comm, push_sig, kCatchupSeqBit | seq);
   auto contributor = std::find_if(d.contributors.begin(), d.contributors.end(), [&](auto& c) { return c.rank == me; });
   const bool contributes = contributor != d.contributors.end();
   auto contributes_rank = [&](int r) {
@@ -162,7 +169,7 @@ void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision
   for (const auto& c : d.catchups) {
     if (c.rank != me) continue;
     const std::uint64_t last = finishing ? d.step : last_pushed(c);
-    for (std::uint64_t s = c.from_step; s <= last; ++s) call.recv(index++, d.server, st.cache.claim(s));
+    for (std::uint64_t s = c.from_step; s <= last; ++s) push.recv(index++, d.server, st.cache.claim(s));
   }
   // 2. The ring among contributors, in rank order.
   if (contributes && !finishing) {
@@ -175,37 +182,44 @@ void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision
       total += c.weight;
       equal_weights &= c.weight == d.contributors.front().weight;
     }
-    call.set_index_base(call.next_free_index());
+    // Slot indexes are per communicator: start after the receives posted above.
+    ring.set_index_base(push.next_free_index());
     if (sig.op != ReduceOp::avg || equal_weights) {
-      // Same code path as a plain allreduce: with every rank and equal weights
-      // the result is bit-identical to allreduce (invariant 5).
-      allreduce_ring(call, send, own_result, count, sig.dtype, sig.op, members);
+      // With every rank and equal weights, the algorithm a plain allreduce
+      // would choose: the result is then bit-identical to it (invariant 5).
+      const bool everyone = static_cast<int>(members.size()) == comm.size();
+      if (everyone && allreduce_algorithm(count, sig.dtype, comm.size(), comm.config().allreduce_algo) ==
+                          Algo::recursive_doubling)
+        allreduce_recursive_doubling(ring, send, own_result, count, sig.dtype, sig.op);
+      else
+        allreduce_ring(ring, send, own_result, count, sig.dtype, sig.op, members);
     } else {
       // avg over unequal weights: sum(w_i * g_i) / sum(w_i).
       st.weighted.assign(send, send + bytes);
       scale(sig.dtype, st.weighted, contributor->weight);
-      allreduce_ring(call, st.weighted.data(), own_result, count, sig.dtype, ReduceOp::sum, members);
+      allreduce_ring(ring, st.weighted.data(), own_result, count, sig.dtype, ReduceOp::sum, members);
       scale(sig.dtype, std::span(own_result, bytes), 1.0 / total);
     }
-    call.set_index_base(0);
+    ring.wait_all();
   }
   // 3. The server sends late ranks what they missed (and this step's result to those not in the ring).
   if (d.server == me) {
-    std::size_t index_out = call.next_free_index();
-    if (contributes && !finishing && own_result != nullptr && !st.cache.has(d.step)) {
+    if (contributes && !finishing && own_result != nullptr) {
       auto slot = st.cache.claim(d.step);
       if (slot.data() != own_result) std::memcpy(slot.data(), own_result, bytes);
     }
+    push.set_index_base(std::max(push.next_free_index(), ring.next_free_index()));
+    std::size_t index_out = 0;
     for (const auto& c : d.catchups) {
       const std::uint64_t last = finishing ? d.step : last_pushed(c);
       for (std::uint64_t s = c.from_step; s <= last; ++s) {
         if (!st.cache.has(s))
           raise<InternalError>("partial collectives: rank ", me, " serves step ", s, " but no longer holds it");
-        call.send(index_out++, c.rank, st.cache.get(s));
+        push.send(index_out++, c.rank, st.cache.get(s));
       }
     }
   }
-  call.wait_all();
+  push.wait_all();
 }
 
 }  // namespace
@@ -314,7 +328,7 @@ PartialResult partial_allreduce(detail::CommImpl& comm, const void* send, void* 
   move_data(comm, st, d, sig, kStepSeqBit | d.step, static_cast<const std::byte*>(send), own_result, count, false);
   record_collective(comm, std::chrono::duration<double>(decided_at - arrived_at).count(),
                     std::chrono::duration<double>(Clock::now() - decided_at).count());
-  if (contributes && own_result == out && out != nullptr) {
+  if (contributes && own_result == out && out != nullptr && !st.cache.has(d.step)) {  // the server cached it already
     auto slot = st.cache.claim(d.step);
     if (bytes > 0 && slot.data() != out) std::memcpy(slot.data(), out, bytes);
   }
