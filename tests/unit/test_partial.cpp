@@ -226,10 +226,18 @@ TEST_P(Partial, RankTooFarBehindGetsResync) {
 
 TEST_P(Partial, MismatchedCountIsAnErrorOnEveryRank) {
   const int n = 3;
+  std::atomic<int> answered{0};
   auto outcomes = run_ranks(n, GetParam(), [&](Communicator& comm) {
     std::vector<float> g(16, 1.0f), out(16);
     std::size_t count = comm.rank() == 2 ? 12 : 16;
-    comm.partial_allreduce(g.data(), out.data(), count, DataType::f32, ReduceOp::sum, PartialOptions{});
+    try {
+      comm.partial_allreduce(g.data(), out.data(), count, DataType::f32, ReduceOp::sum, PartialOptions{});
+    } catch (...) {
+      ++answered;
+      // Rank 0 hosts the arbiter: it stays until every rank had its answer.
+      while (comm.rank() == 0 && answered.load() < n) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      throw;
+    }
   }, partial_config());
   for (int r = 0; r < n; ++r)
     EXPECT_TRUE(failed_with<MismatchError>(outcomes, r)) << "rank " << r << ": " << failure_of(outcomes, r);
