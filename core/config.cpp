@@ -172,6 +172,8 @@ constexpr std::array<std::pair<std::string_view, ProgressMode>, 3> kProgressMode
     {"auto", ProgressMode::automatic}, {"spin", ProgressMode::spin}, {"wake", ProgressMode::wake}}};
 constexpr std::array<std::pair<std::string_view, BindMode>, 4> kBindModes{{
     {"auto", BindMode::automatic}, {"none", BindMode::none}, {"cores", BindMode::cores}, {"numa", BindMode::numa}}};
+constexpr std::array<std::pair<std::string_view, std::string_view>, 3> kDdsShuffles{{
+    {"samples", "samples"}, {"blocks", "blocks"}, {"none", "none"}}};
 
 template <class E, std::size_t N>
 std::string_view name_of(E e, const std::array<std::pair<std::string_view, E>, N>& table) {
@@ -348,6 +350,11 @@ Config Config::from_env(const Lookup& lookup) {
   if (auto v = env.real("ANTDT_PARTIAL_GRACE_MS", 0, 600000, false)) c.partial_grace_ms = *v;
   if (auto v = env.integer("ANTDT_RESULT_CACHE", 2, 1024, "results")) c.result_cache = static_cast<std::size_t>(*v);
   if (auto v = env.integer("ANTDT_PARTIAL_WARMUP", 0, 100000, "steps")) c.partial_warmup = static_cast<int>(*v);
+  if (auto v = env.integer("ANTDT_DDS_SHARD_SIZE", 1, 1LL << 30, "samples per shard")) {
+    c.dds_shard_size = static_cast<std::size_t>(*v);
+  }
+  if (auto v = env.integer("ANTDT_DDS_SEED", 0, LLONG_MAX, "shuffle seed")) c.dds_seed = *v;
+  if (auto v = env.choice("ANTDT_DDS_SHUFFLE", kDdsShuffles)) c.dds_shuffle = *v;
   return c;
 }
 
@@ -391,6 +398,9 @@ std::vector<std::string> Config::describe() const {
   lines.push_back(cat("ANTDT_PARTIAL_GRACE_MS=", partial_grace_ms));
   lines.push_back(cat("ANTDT_RESULT_CACHE=", result_cache));
   lines.push_back(cat("ANTDT_PARTIAL_WARMUP=", partial_warmup));
+  lines.push_back(cat("ANTDT_DDS_SHARD_SIZE=", dds_shard_size));
+  lines.push_back(cat("ANTDT_DDS_SEED=", dds_seed));
+  lines.push_back(cat("ANTDT_DDS_SHUFFLE=", dds_shuffle));
   return lines;
 }
 

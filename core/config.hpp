@@ -59,6 +59,11 @@ struct Config {
   std::size_t result_cache = 4;         // ANTDT_RESULT_CACHE, 2..1024 results kept for late ranks
   int partial_warmup = 5;               // ANTDT_PARTIAL_WARMUP, 0..100000 steps run as BSP while the Monitor learns
 
+  // Stateful dynamic data sharding (scheduler/dds.hpp, docs/dds.md).
+  std::size_t dds_shard_size = 1024;    // ANTDT_DDS_SHARD_SIZE, 1..1073741824 samples per shard
+  long long dds_seed = 0;               // ANTDT_DDS_SEED, 0..9223372036854775807: the shuffle seed
+  std::string dds_shuffle = "samples";  // ANTDT_DDS_SHUFFLE=samples|blocks|none
+
   // Reads the variables through `lookup` (the process environment by default).
   using Lookup = std::function<std::optional<std::string>(std::string_view name)>;
   static Config from_env(const Lookup& lookup);

@@ -1,6 +1,7 @@
 // Stateful Dynamic Data Sharding (scheduler/dds.hpp, docs/dds.md).
 #include "scheduler/dds.hpp"
 
+#include "core/config.hpp"
 #include "core/error.hpp"
 
 #include <nlohmann/json.hpp>
@@ -202,6 +203,16 @@ ShuffleMode parse_shuffle_mode(std::string_view text) {
   if (text == "samples") return ShuffleMode::samples;
   if (text == "blocks") return ShuffleMode::blocks;
   raise<InvalidArgument>("DDS shuffle mode '", text, "' is not one of none|samples|blocks");
+}
+
+DdsOptions dds_options_from(const Config& cfg, int world_size, std::uint32_t epochs) {
+  DdsOptions o;
+  o.world_size = world_size;
+  o.shard_size = cfg.dds_shard_size;
+  o.seed = static_cast<std::uint64_t>(cfg.dds_seed);
+  o.shuffle = parse_shuffle_mode(cfg.dds_shuffle);
+  o.epochs = epochs;
+  return o;
 }
 
 std::string_view to_string(ShardState state) noexcept {

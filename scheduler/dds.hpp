@@ -27,6 +27,10 @@
 #include <string_view>
 #include <vector>
 
+namespace antdt {
+struct Config;
+}
+
 namespace antdt::sched {
 
 // One input file and the number of records in it (files mode).
@@ -80,6 +84,9 @@ struct DdsOptions {
 
   bool operator==(const DdsOptions&) const = default;
 };
+
+// Options from ANTDT_DDS_SHARD_SIZE, ANTDT_DDS_SEED and ANTDT_DDS_SHUFFLE (docs/configuration.md).
+DdsOptions dds_options_from(const Config& cfg, int world_size, std::uint32_t epochs = 0);
 
 enum class ShardState : std::uint8_t { todo = 0, doing = 1, done = 2 };
 std::string_view to_string(ShardState state) noexcept;

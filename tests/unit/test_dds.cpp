@@ -3,6 +3,7 @@
 // invariant checked with sample-id bitmaps under randomized interleavings (one
 // thread and eight threads) with a checkpoint + restore in the middle, files
 // mode, argument errors and malformed checkpoints.
+#include "core/config.hpp"
 #include "core/error.hpp"
 #include "scheduler/dds.hpp"
 
@@ -19,6 +20,7 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -341,6 +343,37 @@ TEST(Dds, BadArgumentsNameTheProblem) {
   expect_invalid([&] { dds.rank_failed(-3); }, "rank_failed: rank -3");
   expect_invalid([&] { dds.sample_at(0, 4); }, "position 4 out of range");
   expect_invalid([&] { dds.checkpoint(""); }, "empty path");
+}
+
+TEST(Dds, OptionsFromTheEnvironment) {
+  const auto lookup_of = [](std::map<std::string, std::string> vars) {
+    return [vars = std::move(vars)](std::string_view name) -> std::optional<std::string> {
+      const auto it = vars.find(std::string(name));
+      if (it == vars.end()) return std::nullopt;
+      return it->second;
+    };
+  };
+  const DdsOptions defaults = dds_options_from(Config::from_env(lookup_of({})), 4);
+  EXPECT_EQ(defaults.shard_size, 1024u);
+  EXPECT_EQ(defaults.seed, 0u);
+  EXPECT_EQ(defaults.shuffle, ShuffleMode::samples);
+  EXPECT_EQ(defaults.world_size, 4);
+  const DdsOptions set = dds_options_from(
+      Config::from_env(lookup_of({{"ANTDT_DDS_SHARD_SIZE", "256"}, {"ANTDT_DDS_SEED", "9"}, {"ANTDT_DDS_SHUFFLE", "Blocks"}})),
+      2, 5);
+  EXPECT_EQ(set.shard_size, 256u);
+  EXPECT_EQ(set.seed, 9u);
+  EXPECT_EQ(set.shuffle, ShuffleMode::blocks);
+  EXPECT_EQ(set.epochs, 5u);
+  for (const auto& [name, value] : std::vector<std::pair<std::string, std::string>>{
+           {"ANTDT_DDS_SHARD_SIZE", "0"}, {"ANTDT_DDS_SEED", "-1"}, {"ANTDT_DDS_SHUFFLE", "random"}}) {
+    try {
+      Config::from_env(lookup_of({{name, value}}));
+      ADD_FAILURE() << name << "=" << value << " accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------
