@@ -591,13 +591,20 @@ std::string Dds::serialize_locked() const {
 
 void Dds::checkpoint(const std::string& path) const {
   ANTDT_CHECK_ARG(!path.empty(), "DDS checkpoint: empty path");
+  // One writer at a time: two checkpoints to one path would share the temp file.
+  std::lock_guard writer(checkpoint_mutex_);
   const std::string text = serialize();
   const std::string tmp = path + ".tmp";
   {
     Fd file{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
     if (file.fd < 0) raise<InvalidArgument>("DDS checkpoint: cannot create ", tmp, ": ", std::strerror(errno));
-    write_all(file.fd, text, tmp);
-    if (::fsync(file.fd) != 0) raise<InvalidArgument>("DDS checkpoint: fsync ", tmp, ": ", std::strerror(errno));
+    try {
+      write_all(file.fd, text, tmp);
+      if (::fsync(file.fd) != 0) raise<InvalidArgument>("DDS checkpoint: fsync ", tmp, ": ", std::strerror(errno));
+    } catch (...) {
+      ::unlink(tmp.c_str());  // no half-written file left behind; `path` is untouched
+      throw;
+    }
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;

@@ -226,7 +226,8 @@ class Dds {
 
   Dataset dataset_;
   DdsOptions options_;
-  mutable std::mutex mutex_;
+  mutable std::mutex mutex_;             // guards state_
+  mutable std::mutex checkpoint_mutex_;  // serialises checkpoint() writers; taken before mutex_
   State state_;
 };
 

@@ -422,6 +422,18 @@ TEST(DdsCheckpoint, RestoreRebuildsTheStateWithOpenLeasesReturned) {
   expect_invalid([&] { other_seed.restore(path); }, "options.seed");
 }
 
+TEST(DdsCheckpoint, FailedWritesNameThePathAndLeaveNoTempFile) {
+  TempDir dir;
+  Dds dds(Dataset::samples(10), small_options(1, 4));
+  expect_invalid([&] { dds.checkpoint(dir.file("no-such-dir/dds.json")); }, "cannot create " + dir.file("no-such-dir"));
+  // The target is a non-empty directory: the rename fails, the temp file goes.
+  const std::string target = dir.file("occupied");
+  std::filesystem::create_directories(target + "/inside");
+  expect_invalid([&] { dds.checkpoint(target); }, "rename");
+  EXPECT_FALSE(std::filesystem::exists(target + ".tmp"));
+  EXPECT_TRUE(std::filesystem::is_directory(target + "/inside"));
+}
+
 TEST(DdsCheckpoint, MalformedFilesAreRefusedWithTheReason) {
   TempDir dir;
   const std::string path = dir.file("dds.json");
