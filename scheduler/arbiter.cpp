@@ -11,6 +11,10 @@ namespace {
 
 // Before the Monitor has measured anything, and as a floor afterwards.
 constexpr double kMinGraceSeconds = 0.001;
+// The grace is at least this fraction of the expected step: a healthy rank
+// that is a little late (it served a catch-up, its OS scheduled it late) is
+// waited for; only ranks late by a good part of a step are skipped.
+constexpr double kMinGraceStepFraction = 0.25;
 
 }  // namespace
 
@@ -33,7 +37,7 @@ Arbiter::Arbiter(const ArbiterConfig& cfg)
 
 double Arbiter::grace_seconds() const {
   if (cfg_.grace_s > 0) return cfg_.grace_s;
-  return std::max(kMinGraceSeconds, monitor_.grace());
+  return std::max({kMinGraceSeconds, monitor_.grace(), kMinGraceStepFraction * monitor_.expected_step()});
 }
 
 void Arbiter::fail_all(Status status, const std::string& reason, std::vector<Out>& out) {
@@ -151,13 +155,18 @@ void Arbiter::maybe_close(Clock::time_point now, std::vector<Out>& out) {
 void Arbiter::close_step(std::vector<Out>& out) {
   Decision d;
   d.step = open_step_;
+  int on_time = 0;
   for (int r = 0; r < cfg_.ranks; ++r) {
     const auto& s = ranks_[static_cast<std::size_t>(r)];
     if (s.role == Role::on_time || s.role == Role::deferred) d.contributors.push_back({r, s.weight, s.based_on});
     if (s.role == Role::deferred || s.role == Role::catch_up) d.catchups.push_back({r, s.based_on});
-    if (s.role == Role::on_time && d.server < 0) d.server = r;
+    on_time += s.role == Role::on_time ? 1 : 0;
   }
-  ANTDT_ASSERT(d.server >= 0);
+  ANTDT_ASSERT(on_time > 0);
+  // Serving late ranks costs the server time: rotate it over the on-time ranks.
+  int pick = static_cast<int>(open_step_ % static_cast<std::uint64_t>(on_time));
+  for (int r = 0; r < cfg_.ranks && d.server < 0; ++r)
+    if (ranks_[static_cast<std::size_t>(r)].role == Role::on_time && pick-- == 0) d.server = r;
   monitor_.evaluate();
   d.classes.reserve(ranks_.size());
   for (int r = 0; r < cfg_.ranks; ++r) d.classes.push_back(monitor_.classify(r));

@@ -273,7 +273,7 @@ TEST(ArbiterTest, ClosesAtQuorumPlusGraceAndNotBefore) {
   const auto& d = std::get<partial::Decision>(out[0].message);
   EXPECT_EQ(d.step, 1u);
   ASSERT_EQ(d.contributors.size(), 2u);
-  EXPECT_EQ(d.server, 0);
+  EXPECT_TRUE(d.server == 0 || d.server == 1) << "the server must be an on-time contributor";
   out.clear();
   // Rank 3 is late for step 1: with drop it only catches up in step 2.
   arrive(3, 1, t0 + std::chrono::milliseconds(12));
