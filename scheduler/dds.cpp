@@ -78,6 +78,32 @@ std::string hex64(std::uint64_t v) {
   return buf;
 }
 
+// Well-formed UTF-8 (no overlongs, surrogates or code points above U+10FFFF):
+// JSON strings must be, and file names go into the checkpoint.
+bool valid_utf8(std::string_view text) noexcept {
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    std::size_t len = 0;
+    std::uint32_t cp = 0;
+    if (c < 0x80) { ++i; continue; }
+    if ((c & 0xe0) == 0xc0) { len = 2; cp = c & 0x1f; }
+    else if ((c & 0xf0) == 0xe0) { len = 3; cp = c & 0x0f; }
+    else if ((c & 0xf8) == 0xf0) { len = 4; cp = c & 0x07; }
+    else return false;
+    if (i + len > text.size()) return false;
+    for (std::size_t k = 1; k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(text[i + k]);
+      if ((cc & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3f);
+    }
+    constexpr std::uint32_t kMinOf[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMinOf[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += len;
+  }
+  return true;
+}
+
 // ---- checkpoint field access with messages naming the field ---------------
 
 [[noreturn]] void malformed(const std::string& path, const std::string& why) {
@@ -161,6 +187,8 @@ Dataset Dataset::files(std::vector<DataFile> files) {
   std::uint64_t total = 0;
   for (const DataFile& f : files) {
     ANTDT_CHECK_ARG(!f.name.empty(), "DDS dataset: file ", d.starts_.size(), " has an empty name");
+    ANTDT_CHECK_ARG(valid_utf8(f.name), "DDS dataset: the name of file ", d.starts_.size(),
+                    " is not valid UTF-8 (names are stored in JSON checkpoints)");
     ANTDT_CHECK_ARG(f.records <= ~std::uint64_t{0} - total, "DDS dataset: record counts overflow 64 bits at file ",
                     f.name);
     d.starts_.push_back(total);

@@ -323,6 +323,9 @@ TEST(Dds, BadArgumentsNameTheProblem) {
   expect_invalid([] { Dataset::files({}); }, "file list is empty");
   expect_invalid([] { Dataset::files({{"a", 0}, {"b", 0}}); }, "hold no records");
   expect_invalid([] { Dataset::files({{"", 3}}); }, "empty name");
+  expect_invalid([] { Dataset::files({{"ok", 1}, {"bad\xff", 3}}); }, "file 1 is not valid UTF-8");
+  expect_invalid([] { Dataset::files({{"\xc0\xaf", 3}}); }, "not valid UTF-8");  // overlong '/'
+  EXPECT_EQ(Dataset::files({{"daten-\xc3\xa4\xe2\x82\xac\xf0\x9f\x98\x80", 3}}).size(), 3u);
   expect_invalid([] { Dataset::samples(5).locate(0); }, "needs a dataset described by files");
   expect_invalid([] { Dataset::files({{"a", 2}}).locate(2); }, "sample 2 out of range");
   expect_invalid([] { parse_shuffle_mode("random"); }, "none|samples|blocks");
