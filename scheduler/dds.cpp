@@ -436,6 +436,17 @@ bool Dds::give_back(std::uint64_t lease) {
   return true;
 }
 
+bool Dds::settle(std::uint64_t lease, Fate fate) {
+  switch (fate) {
+    case Fate::included:
+    case Fate::deferred: return commit(lease);
+    case Fate::dropped: return give_back(lease);
+    case Fate::none: break;
+  }
+  raise<InvalidArgument>("DDS settle: lease ", lease, " with fate ", static_cast<int>(fate),
+                         " (none or unknown): only included, deferred or dropped contributions carry samples");
+}
+
 std::uint64_t Dds::resplit(int rank, std::uint64_t keep) {
   check_rank(rank, "resplit");
   std::lock_guard lock(mutex_);

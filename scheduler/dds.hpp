@@ -15,6 +15,8 @@
 // computed on demand, not a table).
 #pragma once
 
+#include <antdt/comm.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -155,6 +157,11 @@ class Dds {
   // its most recently handed-out samples (the same rank gets them next), else as
   // a new TODO shard. Same return value and errors as commit().
   bool give_back(std::uint64_t lease);
+  // The link to partial collectives (DESIGN §7): settles the lease of the step
+  // whose contribution got `fate` (PartialResult::fate). included / deferred:
+  // commit; dropped: give_back. Fate::none is an InvalidArgument: a weight-0 call
+  // carried no samples, so it has no lease to settle.
+  bool settle(std::uint64_t lease, Fate fate);
   // Cuts `rank`'s DOING shard at its cursor (plus `keep` samples the rank may
   // still fetch); the tail becomes a TODO shard ahead of the others, for faster
   // ranks. Returns the samples moved (0 when the rank has no DOING samples left).

@@ -264,6 +264,23 @@ TEST(Dds, GiveBackRewindsTheTailOrMakesANewShard) {
   EXPECT_EQ(dds.progress().given_back_samples, 20u);
 }
 
+TEST(Dds, SettleFollowsThePartialCollectivesFate) {
+  Dds dds(Dataset::samples(40), small_options(1, 40, ShuffleMode::none));
+  const Batch included = dds.fetch(0, 10);
+  const Batch deferred = dds.fetch(0, 10);
+  const Batch dropped = dds.fetch(0, 10);
+  EXPECT_TRUE(dds.settle(included.lease, Fate::included));
+  EXPECT_TRUE(dds.settle(deferred.lease, Fate::deferred));
+  EXPECT_TRUE(dds.settle(dropped.lease, Fate::dropped));
+  DdsProgress p = dds.progress();
+  EXPECT_EQ(p.committed, 20u);
+  EXPECT_EQ(p.given_back_samples, 10u);
+  EXPECT_EQ(p.leased, 0u);
+  EXPECT_EQ(dds.fetch(0, 10).samples, dropped.samples);  // the dropped samples come back
+  EXPECT_FALSE(dds.settle(included.lease, Fate::dropped));  // settled already: no effect
+  expect_invalid([&] { dds.settle(dropped.lease, Fate::none); }, "fate 3");
+}
+
 TEST(Dds, RankFailureRequeuesLeasesAndDoingShards) {
   Dds dds(Dataset::samples(60), small_options(3, 20, ShuffleMode::none));
   const Batch a = dds.fetch(0, 5);
