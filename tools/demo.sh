@@ -1,24 +1,36 @@
 #!/usr/bin/env bash
-# The main job: installs what is missing, builds, and runs a multi-rank AllReduce
-# on this machine with mpirun, printing the nccl-tests style table.
+# The main job: installs what is missing, builds, and shows on this machine with
+# mpirun what antdt is for:
+#   1. the straggler benchmark: a synthetic data-parallel training loop (20 ms of
+#      compute per step) in which one rank is 3x slower (ANTDT_INJECT), run with
+#      the late policies wait (BSP), drop and defer side by side; it prints
+#      throughput, straggler efficiency and the class the Monitor gave each rank,
+#      and fails if the ranks did not apply the same results (docs/benchmarks.md);
+#   2. the nccl-tests style AllReduce table.
 #   ANTDT_DEMO_RANKS   ranks (default 4)
+#   ANTDT_DEMO_STEPS   results per policy in the straggler benchmark (default 100)
+#   ANTDT_DEMO_INJECT  the straggler scenario (default: rank 2 three times slower)
 #   ANTDT_BUILD_DIR    build directory (default: <repo>/build)
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${ANTDT_BUILD_DIR:-$repo/build}"
 ranks="${ANTDT_DEMO_RANKS:-4}"
+steps="${ANTDT_DEMO_STEPS:-100}"
+inject="${ANTDT_DEMO_INJECT:-rank=2:slow=3}"
 
 "$repo/tools/setup.sh"
 if [[ -z "${CUDACXX:-}" && -x /usr/local/cuda/bin/nvcc ]]; then
   export CUDACXX=/usr/local/cuda/bin/nvcc
 fi
 cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j "$(nproc)" --target antdt_allreduce_perf
+cmake --build "$build" -j "$(nproc)" --target antdt_straggler_perf antdt_allreduce_perf
 
 # mpirun in containers: running as root, and more ranks than cores.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
 export UCX_WARN_UNUSED_ENV_VARS=n
 set -x
-mpirun -np "$ranks" --bind-to none "$build/perf/antdt_allreduce_perf" -b 8 -e 64M -f 4 -n 10 -w 3
+mpirun -np "$ranks" --bind-to none -x ANTDT_INJECT="$inject" \
+  "$build/perf/antdt_straggler_perf" --compute-ms 20 --steps "$steps" --policies wait,drop,defer
+mpirun -np "$ranks" --bind-to none "$build/perf/antdt_allreduce_perf" -b 8 -e 16M -f 8 -n 10 -w 3
