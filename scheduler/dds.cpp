@@ -316,6 +316,31 @@ std::optional<std::uint64_t> Dds::next_todo_locked() {
   return new_shard_locked(begin, end, 0);
 }
 
+bool Dds::steal_locked(int thief) {
+  if (options_.steal_min == 0) return false;
+  // The rank with the most samples not yet handed out; O(ranks), only when the
+  // TODO queue and the fresh positions are empty, i.e. at the end of an epoch.
+  std::int64_t victim = -1;
+  std::uint64_t most = 0;
+  for (std::size_t r = 0; r < state_.active.size(); ++r) {
+    if (static_cast<int>(r) == thief || state_.active[r] < 0) continue;
+    const Shard& shard = state_.shards.at(static_cast<std::uint64_t>(state_.active[r]));
+    if (shard.end - shard.cursor > most) {
+      most = shard.end - shard.cursor;
+      victim = state_.active[r];
+    }
+  }
+  const std::uint64_t half = most / 2;  // the owner keeps the front (the larger half when odd)
+  if (victim < 0 || half < options_.steal_min) return false;
+  Shard& shard = state_.shards.at(static_cast<std::uint64_t>(victim));
+  const std::uint64_t cut = shard.end - half;
+  const std::uint64_t id = new_shard_locked(cut, shard.end, shard.attempts);
+  shard.end = cut;  // cut > cursor: the owner keeps samples and stays on this shard
+  state_.todo.push_front(id);
+  state_.stolen += half;
+  return true;
+}
+
 void Dds::maybe_done_locked(Shard& shard) {
   if (shard.cursor != shard.end || shard.pending != 0) return;
   if (shard.owner >= 0 && state_.active[static_cast<std::size_t>(shard.owner)] == static_cast<std::int64_t>(shard.id))
@@ -341,7 +366,8 @@ Batch Dds::fetch(int rank, std::uint64_t max_samples) {
   std::uint64_t need = max_samples;
   while (need > 0) {
     if (state_.active[r] < 0) {
-      const auto next = next_todo_locked();
+      auto next = next_todo_locked();
+      if (!next && steal_locked(rank)) next = next_todo_locked();
       if (!next) break;
       Shard& taken = state_.shards.at(*next);
       taken.state = ShardState::doing;
@@ -544,6 +570,7 @@ DdsProgress Dds::progress() const {
   p.given_back_samples = state_.given_back;
   p.resplit_samples = state_.resplit;
   p.rank_failures = state_.rank_failures;
+  p.stolen_samples = state_.stolen;
   return p;
 }
 
@@ -587,7 +614,8 @@ std::string Dds::serialize_locked() const {
                      {"shard_size", options_.shard_size},
                      {"seed", options_.seed},
                      {"shuffle", std::string(to_string(options_.shuffle))},
-                     {"epochs", options_.epochs}};
+                     {"epochs", options_.epochs},
+                     {"steal_min", options_.steal_min}};
   Json shards = Json::array();
   for (const auto& [id, s] : state_.shards)
     shards.push_back({{"id", s.id},
@@ -621,7 +649,8 @@ std::string Dds::serialize_locked() const {
                    {"total_committed", state_.total_committed},
                    {"given_back", state_.given_back},
                    {"resplit", state_.resplit},
-                   {"rank_failures", state_.rank_failures}};
+                   {"rank_failures", state_.rank_failures},
+                   {"stolen", state_.stolen}};
   Json doc{{"format", std::string(kFormat)}, {"version", kVersion}, {"dataset", dataset}, {"options", options}, {"state", state}};
   const std::string body = doc.dump();
   doc["checksum"] = hex64(fnv1a(body));
@@ -709,6 +738,7 @@ Dds::Parsed Dds::read_checkpoint(const std::string& path) {
     malformed(path, e.what());
   }
   options.epochs = rd.u32(jo, "options", "epochs");
+  options.steal_min = rd.u64(jo, "options", "steal_min");
 
   // State, with every range checked against the dataset so a bad file is
   // refused here instead of corrupting the sharding later.
@@ -728,6 +758,7 @@ Dds::Parsed Dds::read_checkpoint(const std::string& path) {
   s.given_back = rd.u64(js, "state", "given_back");
   s.resplit = rd.u64(js, "state", "resplit");
   s.rank_failures = rd.u64(js, "state", "rank_failures");
+  s.stolen = rd.u64(js, "state", "stolen");
   if (s.fresh > n) malformed(path, cat("state.fresh = ", s.fresh, " beyond the ", n, " samples"));
   if (s.committed > n) malformed(path, cat("state.committed = ", s.committed, " beyond the ", n, " samples"));
   if (s.next_lease_id == 0) malformed(path, "state.next_lease_id is 0");
@@ -858,6 +889,7 @@ void Dds::restore(const std::string& path) {
   if (parsed.options.seed != options_.seed) differs("seed");
   if (parsed.options.shuffle != options_.shuffle) differs("shuffle");
   if (parsed.options.epochs != options_.epochs) differs("epochs");
+  if (parsed.options.steal_min != options_.steal_min) differs("steal_min");
   std::lock_guard lock(mutex_);
   restore_locked(std::move(parsed.state));
 }

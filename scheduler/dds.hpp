@@ -83,6 +83,10 @@ struct DdsOptions {
   std::uint64_t seed = 0;             // shuffle seed: the same seed gives the same order every run
   ShuffleMode shuffle = ShuffleMode::samples;
   std::uint32_t epochs = 0;           // epochs to serve; 0 = no end
+  // Work stealing at the end of an epoch: a fetch that finds no TODO shard takes
+  // the back half of the largest DOING remainder, when that half has at least
+  // steal_min samples. 0 = off (only resplit() moves a rank's samples).
+  std::uint64_t steal_min = 0;
 
   bool operator==(const DdsOptions&) const = default;
 };
@@ -133,6 +137,7 @@ struct DdsProgress {
   std::uint64_t total_committed = 0;
   std::uint64_t given_back_samples = 0;  // samples of leases returned (give_back, rank_failed, restore)
   std::uint64_t resplit_samples = 0;     // tails cut off by resplit
+  std::uint64_t stolen_samples = 0;      // halves taken by work stealing (DdsOptions::steal_min)
   std::uint64_t rank_failures = 0;
 };
 
@@ -217,10 +222,12 @@ class Dds {
     std::map<std::uint64_t, LeaseRecord> leases;    // open leases by id
     std::vector<std::uint64_t> shards_taken;        // per rank
     std::uint64_t epochs_completed = 0, total_committed = 0, given_back = 0, resplit = 0, rank_failures = 0;
+    std::uint64_t stolen = 0;
   };
 
   void check_rank(int rank, std::string_view what) const;
   std::optional<std::uint64_t> next_todo_locked();
+  bool steal_locked(int thief);
   std::uint64_t new_shard_locked(std::uint64_t begin, std::uint64_t end, std::uint32_t attempts);
   void maybe_done_locked(Shard& shard);
   void return_piece_locked(int rank, const LeaseRecord::Piece& piece, bool allow_rewind);

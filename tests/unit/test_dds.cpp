@@ -242,6 +242,42 @@ TEST(Dds, ResplitHandsTheStragglersTailToAFastRank) {
   EXPECT_EQ(dds.fetch(1, 1).status, FetchStatus::finished);
 }
 
+TEST(Dds, IdleRanksStealHalfOfTheLargestRemainderWhenEnabled) {
+  DdsOptions opt = small_options(3, 100);
+  Dds plain(Dataset::samples(100), opt);
+  ASSERT_EQ(plain.fetch(0, 10).status, FetchStatus::ok);
+  EXPECT_EQ(plain.fetch(1, 20).status, FetchStatus::wait);  // off by default: rank 1 waits on rank 0's shard
+
+  opt.steal_min = 8;
+  Dds dds(Dataset::samples(100), opt);
+  const Batch owner = dds.fetch(0, 10);   // shard [0, 100), 90 left
+  const Batch thief = dds.fetch(1, 20);   // takes [55, 100), the back half
+  EXPECT_EQ(thief.samples, order_slice(dds, 55, 75));
+  EXPECT_EQ(dds.progress().stolen_samples, 45u);
+  // Rank 2 keeps stealing from the largest remainder while half of it reaches 8:
+  // rank 0's [10, 55) → [33, 55); rank 1's [75, 100) → [88, 100); rank 0's [10, 33) → [22, 33);
+  // then rank 0 has 12 and rank 1 has 13 left, halves below 8.
+  const Batch second = dds.fetch(2, 100);
+  std::vector<std::uint64_t> want = order_slice(dds, 33, 55);
+  for (const auto& part : {order_slice(dds, 88, 100), order_slice(dds, 22, 33)})
+    want.insert(want.end(), part.begin(), part.end());
+  EXPECT_EQ(second.samples, want);
+  EXPECT_EQ(dds.progress().stolen_samples, 45u + 22 + 12 + 11);
+  const Batch rest0 = dds.fetch(0, 100);
+  EXPECT_EQ(rest0.samples, order_slice(dds, 10, 22));
+  const Batch rest1 = dds.fetch(1, 100);
+  EXPECT_EQ(rest1.samples, order_slice(dds, 75, 88));
+  std::vector<bool> seen(100, false);
+  for (const Batch* b : {&owner, &thief, &second, &rest0, &rest1})
+    for (const std::uint64_t id : b->samples) {
+      ASSERT_FALSE(seen[id]) << "sample " << id << " handed out twice";
+      seen[id] = true;
+    }
+  EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](bool b) { return b; }));
+  for (const Batch* b : {&owner, &thief, &second, &rest0, &rest1}) EXPECT_TRUE(dds.commit(b->lease));
+  EXPECT_TRUE(dds.progress().finished);
+}
+
 TEST(Dds, GiveBackRewindsTheTailOrMakesANewShard) {
   Dds dds(Dataset::samples(100), small_options(2, 50));
   const Batch a = dds.fetch(0, 10);
@@ -562,7 +598,7 @@ class Ledger {
 };
 
 struct SimStats {
-  std::uint64_t resplits = 0, failures = 0, give_backs = 0, restores = 0;
+  std::uint64_t resplits = 0, failures = 0, give_backs = 0, restores = 0, stolen = 0;
   std::vector<std::uint64_t> shards_taken;
 };
 
@@ -570,7 +606,8 @@ struct SimStats {
 // to two open leases (a step in flight and a deferred one); a controller that
 // resplits the slow rank and kills ranks now and then; a checkpoint + restore
 // into a new Dds in the middle of epoch 1.
-SimStats simulate(std::uint64_t seed, const std::string& checkpoint_path, ShuffleMode shuffle) {
+SimStats simulate(std::uint64_t seed, const std::string& checkpoint_path, ShuffleMode shuffle,
+                  std::uint64_t steal_min) {
   constexpr int kRanks = 8;
   constexpr std::uint64_t kSamples = 3001;
   constexpr std::uint32_t kEpochs = 3;
@@ -580,6 +617,7 @@ SimStats simulate(std::uint64_t seed, const std::string& checkpoint_path, Shuffl
   opt.seed = seed;
   opt.shuffle = shuffle;
   opt.epochs = kEpochs;
+  opt.steal_min = steal_min;
   auto dds = std::make_unique<Dds>(Dataset::samples(kSamples), opt);
   Rng rng(seed * 1000003 + 17);
   Ledger ledger(kSamples);
@@ -679,6 +717,7 @@ SimStats simulate(std::uint64_t seed, const std::string& checkpoint_path, Shuffl
   EXPECT_EQ(p.epochs_completed, kEpochs);
   EXPECT_EQ(p.total_committed, kSamples * kEpochs);
   stats.shards_taken = dds->shards_taken();
+  stats.stolen = p.stolen_samples;
   return stats;
 }
 
@@ -686,14 +725,21 @@ TEST(DdsInvariant, EverySampleOnceUnderRandomInterleavingsAndARestart) {
   TempDir dir;
   for (const std::uint64_t seed : {1ull, 2ull, 3ull, 4ull, 5ull, 6ull}) {
     const ShuffleMode shuffle = seed % 3 == 0 ? ShuffleMode::blocks : ShuffleMode::samples;
-    SCOPED_TRACE(testing::Message() << "seed " << seed << " shuffle " << to_string(shuffle));
-    const SimStats s = simulate(seed, dir.file("dds-" + std::to_string(seed) + ".json"), shuffle);
+    const std::uint64_t steal_min = seed % 2 == 0 ? 3 : 0;
+    SCOPED_TRACE(testing::Message() << "seed " << seed << " shuffle " << to_string(shuffle) << " steal_min "
+                                    << steal_min);
+    const SimStats s = simulate(seed, dir.file("dds-" + std::to_string(seed) + ".json"), shuffle, steal_min);
     if (HasFailure()) return;
     // The run exercised what it claims to.
     EXPECT_EQ(s.restores, 1u);
     EXPECT_GT(s.resplits, 0u);
     EXPECT_GT(s.failures, 0u);
     EXPECT_GT(s.give_backs, 0u);
+    if (steal_min > 0) {
+      EXPECT_GT(s.stolen, 0u);
+    } else {
+      EXPECT_EQ(s.stolen, 0u);
+    }
     ASSERT_EQ(s.shards_taken.size(), 8u);
     EXPECT_GT(s.shards_taken[7], s.shards_taken[0]);  // speed 8 against speed 1
   }
