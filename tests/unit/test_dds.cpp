@@ -754,6 +754,7 @@ TEST(DdsInvariant, EightThreadsConsumeEachSampleOncePerEpoch) {
   opt.shard_size = 50;
   opt.seed = 99;
   opt.epochs = kEpochs;
+  opt.steal_min = 2;
   Dds dds(Dataset::samples(kSamples), opt);
   std::vector<std::vector<std::uint32_t>> counts(kEpochs, std::vector<std::uint32_t>(kSamples, 0));
   std::mutex counts_mutex;
