@@ -98,7 +98,8 @@ enum class ShardState : std::uint8_t { todo = 0, doing = 1, done = 2 };
 std::string_view to_string(ShardState state) noexcept;
 
 // A contiguous range [begin, end) of positions in an epoch's sample order.
-// Positions [begin, cursor) have been handed out; [cursor, end) not yet.
+// Positions [begin, cursor) have been handed out (given-back ones then moved to
+// a new shard); [cursor, end) not yet.
 struct Shard {
   std::uint32_t epoch = 0;
   std::uint64_t id = 0;           // unique within the epoch
@@ -112,7 +113,8 @@ struct Shard {
 enum class FetchStatus : std::uint8_t {
   ok = 0,        // samples holds 1..max_samples ids (fewer near the end of an epoch)
   wait = 1,      // nothing to hand out now: the epoch's remaining samples are leased to ranks whose
-                 // leases are still open; call again after commits, give-backs or a resplit
+                 // leases are still open (and no half reaches steal_min); call again after
+                 // commits, give-backs or a resplit
   finished = 2,  // every epoch requested has been consumed
 };
 
