@@ -2,10 +2,10 @@
 # Runs antdt_allreduce_perf, the Open MPI baseline (mpi_allreduce_perf) and,
 # when it was built, the Gloo baseline (gloo_allreduce_perf) interleaved,
 # several launches each with the same options, and prints the median busbw
-# per size for each and the ratios antdt / MPI and antdt / Gloo, plus the
-# median 8-byte-class latency ratio (time, MPI / antdt is the busbw ratio's
-# inverse). Machines here are noisy: medians of interleaved launches are the
-# numbers to quote.
+# per size for each and the ratios antdt / MPI and antdt / Gloo, then, for
+# sizes up to 64 KiB, the median times and the same ratios of time (latency).
+# Machines here are noisy: medians of interleaved launches are the numbers to
+# quote.
 #
 # usage: perf/compare.sh [-np N] [-r launches] [--bin DIR] [--gloo ALGO|none] [-- perf options]
 #   -np N        ranks (default 2)
@@ -31,7 +31,7 @@ while (($#)); do
     --bin) bin="$2"; shift 2 ;;
     --gloo) gloo_algo="$2"; shift 2 ;;
     --) shift; perf_args=("$@"); break ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "compare.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -74,7 +74,8 @@ echo "# mpi:   ${mpirun_cmd[*]} $mpi_tool ${perf_args[*]}"
 if [[ -n "$gloo_tool" ]]; then
   echo "# gloo:  ${mpirun_cmd[*]} $gloo_tool ${perf_args[*]} -a $gloo_algo"
 else
-  echo "# gloo:  not run (${gloo_algo/#ring_chunked/gloo_allreduce_perf not built})"
+  [[ "$gloo_algo" == none ]] && why="--gloo none" || why="gloo_allreduce_perf not built"
+  echo "# gloo:  not run ($why)"
 fi
 for ((i = 0; i < launches; i++)); do
   "${mpirun_cmd[@]}" "$antdt_tool" "${perf_args[@]}" >"$work/antdt.$i" ||
