@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <optional>
 #include <span>
@@ -104,13 +105,19 @@ Resolved resolve(const Options& o) {
   return r;
 }
 
-// FNV-1a over the bytes, chained: equal on two ranks only if they applied the
-// same results, bit for bit, in the same order.
+// A chained hash of every result applied, 8 bytes at a time (cheap next to the
+// step): equal on two ranks only if they applied the same results, bit for
+// bit, in the same order (barring a 2^-64 collision).
 std::uint64_t chain_hash(std::uint64_t h, std::span<const std::byte> bytes) noexcept {
-  for (const std::byte b : bytes) {
-    h ^= static_cast<std::uint64_t>(b);
-    h *= 0x100000001b3ULL;
+  constexpr std::uint64_t kPrime = 0x100000001b3ULL;
+  std::size_t i = 0;
+  for (; i + sizeof(std::uint64_t) <= bytes.size(); i += sizeof(std::uint64_t)) {
+    std::uint64_t word;
+    std::memcpy(&word, bytes.data() + i, sizeof word);
+    h = (h ^ word) * kPrime;
+    h ^= h >> 29;
   }
+  for (; i < bytes.size(); ++i) h = (h ^ static_cast<std::uint64_t>(bytes[i])) * kPrime;
   return h;
 }
 
@@ -163,11 +170,18 @@ double bsp_efficiency(const std::vector<Injector>& all, const Resolved& opts) {
   return static_cast<double>(all.size()) / bsp_seconds / standalone_rate;
 }
 
-// A gradient whose values depend on rank, step and position.
-void fill_gradient(std::vector<float>& g, int rank, std::uint64_t step) {
+// A gradient whose values depend on rank and position, filled once; each step
+// changes a few elements (cheap: the compute phase is the sleep, as in the
+// standalone measurement).
+void fill_gradient(std::vector<float>& g, int rank) {
   for (std::size_t i = 0; i < g.size(); ++i) {
-    g[i] = static_cast<float>((static_cast<std::uint64_t>(rank) * 31 + step * 7 + i) % 97) * 0.125f;
+    g[i] = static_cast<float>((static_cast<std::uint64_t>(rank) * 31 + i) % 97) * 0.125f;
   }
+}
+
+void touch_gradient(std::vector<float>& g, int rank, std::uint64_t step) {
+  const float v = static_cast<float>((static_cast<std::uint64_t>(rank) * 7 + step) % 1024) * 0.25f;
+  for (std::size_t i = static_cast<std::size_t>(step % 16); i < g.size(); i += g.size() / 8 + 1) g[i] = v;
 }
 
 // What one rank did in a phase.
@@ -219,7 +233,9 @@ std::vector<RankCounts> gather_counts(Communicator& comm, const RankCounts& mine
 class Trainer {
  public:
   Trainer(Communicator& comm, const Injector& inj, const Resolved& opts)
-      : comm_(comm), inj_(inj), opts_(opts), gradient_(opts.count), result_(opts.count) {}
+      : comm_(comm), inj_(inj), opts_(opts), gradient_(opts.count), result_(opts.count) {
+    fill_gradient(gradient_, comm_.rank());
+  }
 
   PhaseResult run_phase(LatePolicy policy) {
     hash_ = 0xcbf29ce484222325ULL;
@@ -249,11 +265,9 @@ class Trainer {
         ++counts.computed;
         const auto compute_start = Clock::now();
         inj_.simulate_compute(opts_.compute_seconds, counts.computed);
-        fill_gradient(gradient_, comm_.rank(), counts.computed);
-        const auto call_start = Clock::now();
-        r = call(weighted);
-        counts.compute_s += std::chrono::duration<double>(call_start - compute_start).count();
-        counts.call_s += std::chrono::duration<double>(Clock::now() - call_start).count();
+        touch_gradient(gradient_, comm_.rank(), counts.computed);
+        counts.compute_s += std::chrono::duration<double>(Clock::now() - compute_start).count();
+        r = call(weighted, &counts.call_s);
         if (r.fate == Fate::included) ++counts.included;
         if (r.fate == Fate::deferred) ++counts.deferred;
         if (r.fate == Fate::dropped) ++counts.dropped;
@@ -287,9 +301,12 @@ class Trainer {
 
  private:
   // One partial step; the result it returns is applied (hashed) in order.
-  antdt::PartialResult call(const antdt::PartialOptions& opts) {
+  // `call_seconds`, when given, accumulates the time spent in the library.
+  antdt::PartialResult call(const antdt::PartialOptions& opts, double* call_seconds = nullptr) {
+    const auto start = Clock::now();
     const antdt::PartialResult r =
         comm_.partial_allreduce(gradient_.data(), result_.data(), opts_.count, DataType::f32, ReduceOp::avg, opts);
+    if (call_seconds != nullptr) *call_seconds += std::chrono::duration<double>(Clock::now() - start).count();
     // Step 0: the others ended the run while this call was late and no result was left for it.
     if (r.step == 0) {
       run_over_ = true;
