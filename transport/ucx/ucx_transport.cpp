@@ -16,6 +16,7 @@
 #include <deque>
 #include <mutex>
 #include <string>
+#include <sched.h>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -678,7 +679,13 @@ WaitResult UcxTransport::wait(std::span<Completion* const> ops, Deadline deadlin
     if (all_finished(ops)) return WaitResult::done;
     const auto now = Clock::now();
     if (now >= deadline) return WaitResult::timeout;
-    if (events > 0 || now < spin_end) continue;
+    if (events > 0) continue;
+    if (now < spin_end) {
+      // Spinning, but give the core away between polls: with more ranks than
+      // cores the peer we wait for may need this very core to send.
+      sched_yield();
+      continue;
+    }
     block(deadline, now);
   }
 }
