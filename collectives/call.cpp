@@ -1,5 +1,7 @@
 #include "collectives/call.hpp"
 
+#include "collectives/step_timing.hpp"
+
 #include "core/error.hpp"
 #include "core/log.hpp"
 
@@ -121,6 +123,11 @@ Call::~Call() {
   for (std::size_t i = 0; i < high_water_; ++i) {
     auto& s = op_slot(i);
     if (s.seq == seq_ && s.completion.pending()) comm_.transport().cancel(s.completion);
+  }
+  // The Monitor's view of this rank's step: time inside collectives. Partial
+  // collectives report their own split (waiting for the arbiter vs moving data).
+  if (sig_.kind != Kind::partial && sig_.kind != Kind::partial_catchup) {
+    record_collective(comm_, 0.0, std::chrono::duration<double>(transport::Clock::now() - started_).count());
   }
 }
 

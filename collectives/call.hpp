@@ -98,6 +98,7 @@ class Call {
   std::uint64_t seq_;
   std::uint64_t tag_;
   transport::Deadline deadline_;
+  transport::Clock::time_point started_ = transport::Clock::now();
   std::size_t high_water_ = 0;  // slots [0, high_water_) may have been posted
   std::size_t base_ = 0;
 };
