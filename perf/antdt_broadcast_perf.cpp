@@ -29,27 +29,10 @@ namespace perf = antdt::perf;
 
 constexpr const char* kToolName = "antdt_broadcast_perf";
 
-struct Totals {
-  std::uint64_t wrong = 0;
-  perf::BandwidthSummary bandwidth;
-};
-
-void report_wrong(const Communicator& comm, DataType dtype, std::size_t bytes, const char* placement,
-                  const perf::CheckResult& check) {
-  if (check.wrong == 0) return;
-  std::fprintf(stderr, "%s: rank %d: %s %zu bytes %s: %llu wrong elements; first at index %zu: got %g, expected %g\n",
-               kToolName, comm.rank(), std::string(perf::dtype_label(dtype)).c_str(), bytes, placement,
-               static_cast<unsigned long long>(check.wrong), check.first_wrong, check.first_got,
-               check.first_expected);
-}
-
 // Every byte differs from the expected result, so an element the collective
 // failed to write cannot pass the check by accident.
-void poison(std::span<std::byte> out, std::span<const std::byte> expected) {
-  for (std::size_t i = 0; i < out.size(); ++i) out[i] = ~expected[i];
-}
 
-void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType dtype, Totals& totals) {
+void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType dtype, perf::Totals& totals) {
   const std::size_t width = antdt::dtype_size(dtype);
   const bool is_root = comm.rank() == opts.root;
   // At least one element, so that buffers are never null even for count 0.
@@ -75,10 +58,10 @@ void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType d
     const double oop_us = perf::time_per_iteration_us(opts.iters, out_of_place);
     std::optional<std::uint64_t> oop_wrong;
     if (opts.check) {
-      poison(out, want);
+      perf::poison(out, want);
       out_of_place();
       const auto check = perf::count_wrong(dtype, out, want);
-      report_wrong(comm, dtype, bytes, "out-of-place", check);
+      perf::report_wrong(kToolName, comm, dtype, std::nullopt, bytes, "out-of-place", check);
       oop_wrong = check.wrong;
     }
 
@@ -88,7 +71,7 @@ void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType d
       if (is_root)
         std::memcpy(out.data(), want.data(), bytes);
       else
-        poison(out, want);
+        perf::poison(out, want);
     };
     reset();
     for (int i = 0; i < opts.warmup_iters; ++i) in_place();
@@ -99,7 +82,7 @@ void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType d
       reset();
       in_place();
       const auto check = perf::count_wrong(dtype, out, want);
-      report_wrong(comm, dtype, bytes, "in-place", check);
+      perf::report_wrong(kToolName, comm, dtype, std::nullopt, bytes, "in-place", check);
       ip_wrong = check.wrong;
     }
 
@@ -120,59 +103,13 @@ void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType d
   }
 }
 
-int run(Communicator& comm, const perf::ResolvedOptions& opts) {
-  const bool printer = comm.rank() == 0;
-  // Every rank sees the same size and root: all of them stop, one explains.
-  if (opts.root >= comm.size()) {
-    if (printer)
-      std::fprintf(stderr, "%s: root (-r) %d is not a rank of this %d-rank job\n", kToolName, opts.root, comm.size());
-    return 2;
-  }
-  const auto ranks = perf::gather_rank_info(comm);
-  if (printer) {
-    std::fputs(perf::header_line(kToolName, comm.size(), opts, comm.transport_name()).c_str(), stdout);
-    std::fputs(perf::rank_lines(ranks, comm.transport_name()).c_str(), stdout);
-    std::fputs(perf::table_header().c_str(), stdout);
-    std::fflush(stdout);
-  }
-  Totals totals;
-  for (const DataType dtype : opts.dtypes) run_sweep(comm, opts, dtype, totals);
-  if (printer) {
-    std::fputs(perf::table_footer(totals.wrong, totals.bandwidth.average()).c_str(), stdout);
-    std::fflush(stdout);
-  }
-  return totals.wrong == 0 ? 0 : 1;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Broadcast bandwidth and correctness, nccl-tests style (broadcast_perf options)", kToolName};
-  perf::PerfOptions options;
-  perf::add_common_options(app, options, /*with_op=*/false, /*with_root=*/true);
-  perf::ResolvedOptions resolved;
-  const bool printer_hint = perf::launcher_rank_hint() == 0;
-  try {
-    app.parse(argc, argv);
-    resolved = perf::resolve(app, options);
-  } catch (const CLI::ParseError& e) {
-    // Every rank parses the same arguments: let one of them explain.
-    if (printer_hint) return app.exit(e);
-    return e.get_exit_code();
-  } catch (const antdt::Error& e) {
-    if (printer_hint) std::fprintf(stderr, "%s: %s\n", kToolName, e.what());
-    return 2;
-  }
-
-  std::optional<Communicator> comm;
-  try {
-    comm.emplace(Communicator::from_env());
-    return run(*comm, resolved);
-  } catch (const std::exception& e) {
-    const int rank = comm ? comm->rank() : perf::launcher_rank_hint();
-    std::fprintf(stderr, "%s: rank %d: error: %s\n", kToolName, rank, e.what());
-    // Peers blocked in a collective with us fail fast instead of timing out.
-    if (comm) comm->abort(std::string(kToolName) + ": rank " + std::to_string(rank) + " failed: " + e.what());
-    return 1;
-  }
+  return perf::tool_main(argc, argv, {kToolName, "Broadcast bandwidth and correctness, nccl-tests style (broadcast_perf options)", false, true},
+                         [](Communicator& comm, const perf::ResolvedOptions& opts, DataType dtype, ReduceOp op,
+                            perf::Totals& totals) {
+                           (void)op;  // no reduction in this collective
+                           run_sweep(comm, opts, dtype, totals);
+                         });
 }

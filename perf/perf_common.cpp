@@ -610,4 +610,83 @@ std::string table_footer(std::uint64_t wrong_total, double avg_busbw) {
          printf_string("# Avg bus bandwidth    : %g \n", avg_busbw) + "#\n";
 }
 
+
+void report_wrong(const char* tool, const Communicator& comm, DataType dtype, std::optional<ReduceOp> op,
+                  std::size_t bytes, const char* placement, const CheckResult& check) {
+  if (check.wrong == 0) return;
+  const std::string what = op ? std::string(dtype_label(dtype)) + " " + std::string(op_label(*op))
+                              : std::string(dtype_label(dtype));
+  std::fprintf(stderr, "%s: rank %d: %s %zu bytes %s: %llu wrong elements; first at index %zu: got %g, expected %g\n",
+               tool, comm.rank(), what.c_str(), bytes, placement, static_cast<unsigned long long>(check.wrong),
+               check.first_wrong, check.first_got, check.first_expected);
+}
+
+void poison(std::span<std::byte> out, std::span<const std::byte> expected) {
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = ~expected[i];
+}
+
+namespace {
+
+int run_tool(Communicator& comm, const ToolSpec& spec, const ResolvedOptions& opts, const Sweep& sweep) {
+  const bool printer = comm.rank() == 0;
+  // Every rank sees the same root: all of them stop, one explains.
+  if (spec.with_root && opts.root >= comm.size()) {
+    if (printer)
+      std::fprintf(stderr, "%s: root (-r) %d is not a rank of this %d-rank job\n", spec.name, opts.root, comm.size());
+    return 2;
+  }
+  const auto ranks = gather_rank_info(comm);
+  if (printer) {
+    std::fputs(header_line(spec.name, comm.size(), opts, comm.transport_name()).c_str(), stdout);
+    std::fputs(rank_lines(ranks, comm.transport_name()).c_str(), stdout);
+    std::fputs(table_header().c_str(), stdout);
+    std::fflush(stdout);
+  }
+  Totals totals;
+  for (const DataType dtype : opts.dtypes) {
+    if (!spec.with_op) {
+      sweep(comm, opts, dtype, ReduceOp::sum, totals);
+      continue;
+    }
+    for (const ReduceOp op : opts.ops) sweep(comm, opts, dtype, op, totals);
+  }
+  if (printer) {
+    std::fputs(table_footer(totals.wrong, totals.bandwidth.average()).c_str(), stdout);
+    std::fflush(stdout);
+  }
+  return totals.wrong == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int tool_main(int argc, char** argv, const ToolSpec& spec, const Sweep& sweep) {
+  CLI::App app{spec.description, spec.name};
+  PerfOptions options;
+  add_common_options(app, options, spec.with_op, spec.with_root);
+  ResolvedOptions resolved;
+  const bool printer_hint = launcher_rank_hint() == 0;
+  try {
+    app.parse(argc, argv);
+    resolved = resolve(app, options);
+  } catch (const CLI::ParseError& e) {
+    // Every rank parses the same arguments: let one of them explain.
+    if (printer_hint) return app.exit(e);
+    return e.get_exit_code();
+  } catch (const Error& e) {
+    if (printer_hint) std::fprintf(stderr, "%s: %s\n", spec.name, e.what());
+    return 2;
+  }
+  std::optional<Communicator> comm;
+  try {
+    comm.emplace(Communicator::from_env());
+    return run_tool(*comm, spec, resolved, sweep);
+  } catch (const std::exception& e) {
+    const int rank = comm ? comm->rank() : launcher_rank_hint();
+    std::fprintf(stderr, "%s: rank %d: error: %s\n", spec.name, rank, e.what());
+    // Peers blocked in a collective with us fail fast instead of timing out.
+    if (comm) comm->abort(std::string(spec.name) + ": rank " + std::to_string(rank) + " failed: " + e.what());
+    return 1;
+  }
+}
+
 }  // namespace antdt::perf

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include <chrono>
+#include <functional>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -203,5 +204,40 @@ class BandwidthSummary {
   double total_ = 0;
   std::size_t rows_ = 0;
 };
+
+
+// ---------------------------------------------------------------------------
+// The program around a tool's sweep (one place for what every tool shares)
+// ---------------------------------------------------------------------------
+// What a tool's sweeps accumulate over all their rows.
+struct Totals {
+  std::uint64_t wrong = 0;
+  BandwidthSummary bandwidth;
+};
+
+// Prints one row's wrong elements to stderr (nothing when there are none).
+// `op` is empty for collectives without a reduction.
+void report_wrong(const char* tool, const Communicator& comm, DataType dtype, std::optional<ReduceOp> op,
+                  std::size_t bytes, const char* placement, const CheckResult& check);
+
+// Fills `out` so that every byte differs from `expected`: an element the
+// collective failed to write cannot pass the check by accident.
+void poison(std::span<std::byte> out, std::span<const std::byte> expected);
+
+struct ToolSpec {
+  const char* name;         // e.g. "antdt_allreduce_perf"
+  const char* description;  // the --help line
+  bool with_op = false;     // -o
+  bool with_root = false;   // -r
+};
+
+// One sweep over the sizes for a dtype and op (op is sum for tools without -o).
+using Sweep = std::function<void(Communicator&, const ResolvedOptions&, DataType, ReduceOp, Totals&)>;
+
+// Parses the nccl-tests options, joins the job (mpirun or ANTDT_*), checks the
+// root, prints the header, runs `sweep` for every dtype (x op), prints the
+// footer. Exit code: 0, 1 for wrong results or errors (peers are aborted so
+// they fail fast), 2 for bad options.
+int tool_main(int argc, char** argv, const ToolSpec& spec, const Sweep& sweep);
 
 }  // namespace antdt::perf
