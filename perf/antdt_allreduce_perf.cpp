@@ -57,7 +57,9 @@ void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType d
     auto out_of_place = [&] { comm.allreduce(input.data(), result.data(), count, dtype, op); };
     for (int i = 0; i < opts.warmup_iters; ++i) out_of_place();
     comm.barrier();
+    const auto faults_before_oop = perf::minor_faults();
     const double oop_us = perf::time_per_iteration_us(opts.iters, out_of_place);
+    const double oop_faults = static_cast<double>(perf::minor_faults() - faults_before_oop) / std::max(1, opts.iters);
     std::optional<std::uint64_t> oop_wrong;
     if (opts.check) {
       perf::poison(out, want);
@@ -73,7 +75,9 @@ void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType d
     pattern.fill_repeatable(comm.rank(), out);
     for (int i = 0; i < opts.warmup_iters; ++i) in_place();
     comm.barrier();
+    const auto faults_before_ip = perf::minor_faults();
     const double ip_us = perf::time_per_iteration_us(opts.iters, in_place);
+    const double ip_faults = static_cast<double>(perf::minor_faults() - faults_before_ip) / std::max(1, opts.iters);
     std::optional<std::uint64_t> ip_wrong;
     if (opts.check) {
       std::copy(in.begin(), in.end(), out.begin());
@@ -91,6 +95,8 @@ void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType d
                                            ip_wrong ? std::optional(perf::sum_over_ranks(comm, *ip_wrong))
                                                     : std::nullopt);
     totals.wrong += oop.wrong.value_or(0) + ip.wrong.value_or(0);
+    totals.max_faults_per_call =
+        std::max(totals.max_faults_per_call, perf::max_over_ranks(comm, std::max(oop_faults, ip_faults)));
     totals.bandwidth.add(oop);
     totals.bandwidth.add(ip);
     if (comm.rank() == 0) {

@@ -1,5 +1,7 @@
 #include "perf_common.hpp"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -621,6 +623,12 @@ void report_wrong(const char* tool, const Communicator& comm, DataType dtype, st
                check.first_wrong, check.first_got, check.first_expected);
 }
 
+std::uint64_t minor_faults() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::uint64_t>(usage.ru_minflt);
+}
+
 void poison(std::span<std::byte> out, std::span<const std::byte> expected) {
   for (std::size_t i = 0; i < out.size(); ++i) out[i] = ~expected[i];
 }
@@ -652,6 +660,9 @@ int run_tool(Communicator& comm, const ToolSpec& spec, const ResolvedOptions& op
   }
   if (printer) {
     std::fputs(table_footer(totals.wrong, totals.bandwidth.average()).c_str(), stdout);
+    if (totals.max_faults_per_call >= 0)
+      std::printf("# Minor page faults per call after warm-up: %.3f (max over sizes and ranks)\n",
+                  totals.max_faults_per_call);
     std::fflush(stdout);
   }
   return totals.wrong == 0 ? 0 : 1;

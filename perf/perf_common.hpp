@@ -213,7 +213,12 @@ class BandwidthSummary {
 struct Totals {
   std::uint64_t wrong = 0;
   BandwidthSummary bandwidth;
+  double max_faults_per_call = -1;  // minor page faults per timed call, max over sizes and ranks (-1: not measured)
 };
+
+// Minor page faults of this process so far (getrusage). A collective that
+// allocates or touches fresh pages on every call shows up as faults per call.
+std::uint64_t minor_faults();
 
 // Prints one row's wrong elements to stderr (nothing when there are none).
 // `op` is empty for collectives without a reduction.
