@@ -245,7 +245,7 @@ DdsOptions dds_options_from(const Config& cfg, int world_size, std::uint32_t epo
 
 std::string_view to_string(ShardState state) noexcept {
   switch (state) {
-    case ShardState::todo: return "todo";
+    case ShardState::queued: return "queued";
     case ShardState::doing: return "doing";
     case ShardState::done: return "done";
   }
@@ -303,9 +303,9 @@ std::uint64_t Dds::new_shard_locked(std::uint64_t begin, std::uint64_t end, std:
 }
 
 std::optional<std::uint64_t> Dds::next_todo_locked() {
-  if (!state_.todo.empty()) {
-    const std::uint64_t id = state_.todo.front();
-    state_.todo.pop_front();
+  if (!state_.queued.empty()) {
+    const std::uint64_t id = state_.queued.front();
+    state_.queued.pop_front();
     return id;
   }
   const std::uint64_t n = dataset_.size();
@@ -319,7 +319,7 @@ std::optional<std::uint64_t> Dds::next_todo_locked() {
 bool Dds::steal_locked(int thief) {
   if (options_.steal_min == 0) return false;
   // The rank with the most samples not yet handed out; O(ranks), only when the
-  // TODO queue and the fresh positions are empty, i.e. at the end of an epoch.
+  // queued queue and the fresh positions are empty, i.e. at the end of an epoch.
   std::int64_t victim = -1;
   std::uint64_t most = 0;
   for (std::size_t r = 0; r < state_.active.size(); ++r) {
@@ -336,7 +336,7 @@ bool Dds::steal_locked(int thief) {
   const std::uint64_t cut = shard.end - half;
   const std::uint64_t id = new_shard_locked(cut, shard.end, shard.attempts);
   shard.end = cut;  // cut > cursor: the owner keeps samples and stays on this shard
-  state_.todo.push_front(id);
+  state_.queued.push_front(id);
   state_.stolen += half;
   return true;
 }
@@ -345,7 +345,7 @@ void Dds::maybe_done_locked(Shard& shard) {
   if (shard.cursor != shard.end || shard.pending != 0) return;
   if (shard.owner >= 0 && state_.active[static_cast<std::size_t>(shard.owner)] == static_cast<std::int64_t>(shard.id))
     state_.active[static_cast<std::size_t>(shard.owner)] = -1;
-  if (shard.state == ShardState::todo) std::erase(state_.todo, shard.id);
+  if (shard.state == ShardState::queued) std::erase(state_.queued, shard.id);
   ++state_.done_shards;
   state_.shards.erase(shard.id);  // `shard` dangles from here on
 }
@@ -438,7 +438,7 @@ void Dds::return_piece_locked(int rank, const LeaseRecord::Piece& piece, bool al
     return;
   }
   const std::uint64_t id = new_shard_locked(piece.begin, piece.end, shard.attempts);
-  state_.todo.push_front(id);  // returned work first: the epoch must not end waiting on it
+  state_.queued.push_front(id);  // returned work first: the epoch must not end waiting on it
   maybe_done_locked(state_.shards.at(piece.shard));
 }
 
@@ -485,7 +485,7 @@ std::uint64_t Dds::resplit(int rank, std::uint64_t keep) {
   // std::map insertion keeps references valid: `shard` stays usable.
   const std::uint64_t tail = new_shard_locked(cut, shard.end, shard.attempts);
   shard.end = cut;
-  state_.todo.push_front(tail);
+  state_.queued.push_front(tail);
   state_.resplit += moved;
   if (shard.cursor == shard.end) {
     state_.active[r] = -1;
@@ -514,7 +514,7 @@ std::uint64_t Dds::rank_failed(int rank) {
   for (auto id = mine.rbegin(); id != mine.rend(); ++id) return_lease_locked(*id);
   const std::uint64_t returned = state_.given_back - before + untouched;
   // Every lease cut from a shard belongs to its owner, so the rank's shards
-  // have no pending samples left: each one with samples left becomes TODO as it is.
+  // have no pending samples left: each one with samples left becomes queued as it is.
   state_.active[static_cast<std::size_t>(rank)] = -1;
   for (const std::uint64_t id : owned) {
     const auto it = state_.shards.find(id);
@@ -525,9 +525,9 @@ std::uint64_t Dds::rank_failed(int rank) {
       maybe_done_locked(shard);
       continue;
     }
-    shard.state = ShardState::todo;
+    shard.state = ShardState::queued;
     shard.owner = -1;
-    state_.todo.push_front(id);
+    state_.queued.push_front(id);
   }
   return returned;
 }
@@ -540,7 +540,7 @@ void Dds::advance_epoch_locked() {
   state_.next_shard_id = 0;
   state_.committed = 0;
   state_.done_shards = 0;
-  state_.todo.clear();
+  state_.queued.clear();
   std::fill(state_.active.begin(), state_.active.end(), -1);
   if (options_.epochs != 0 && state_.epoch >= options_.epochs) state_.finished = true;
 }
@@ -559,7 +559,7 @@ DdsProgress Dds::progress() const {
   p.committed = state_.committed;
   for (const auto& [id, shard] : state_.shards) {
     p.leased += shard.pending;
-    if (shard.state == ShardState::todo) ++p.todo_shards;
+    if (shard.state == ShardState::queued) ++p.queued_shards;
     else ++p.doing_shards;
   }
   p.unassigned = state_.finished ? 0 : p.epoch_samples - p.committed - p.leased;
@@ -641,7 +641,7 @@ std::string Dds::serialize_locked() const {
                    {"committed", state_.committed},
                    {"done_shards", state_.done_shards},
                    {"shards", std::move(shards)},
-                   {"todo", state_.todo},
+                   {"queued", state_.queued},
                    {"active", state_.active},
                    {"leases", std::move(leases)},
                    {"shards_taken", state_.shards_taken},
@@ -780,20 +780,20 @@ Dds::Parsed Dds::read_checkpoint(const std::string& path) {
       malformed(path, cat(where, ": range begin ", sh.begin, " cursor ", sh.cursor, " end ", sh.end,
                           " is not ordered within the ", s.fresh, " positions cut so far"));
     if (sh.id >= s.next_shard_id) malformed(path, cat(where, ".id = ", sh.id, " not below next_shard_id"));
-    if (state_name == "todo") sh.state = ShardState::todo;
+    if (state_name == "queued") sh.state = ShardState::queued;
     else if (state_name == "doing") sh.state = ShardState::doing;
-    else malformed(path, cat(where, ".state = \"", state_name, "\" is not todo or doing"));
+    else malformed(path, cat(where, ".state = \"", state_name, "\" is not queued or doing"));
     if (sh.state == ShardState::doing ? (owner < 0 || owner >= world) : owner != -1)
       malformed(path, cat(where, ".owner = ", owner, " does not fit state ", state_name));
     sh.owner = static_cast<int>(owner);
     if (!s.shards.emplace(sh.id, sh).second) malformed(path, cat(where, ".id = ", sh.id, " appears twice"));
   }
-  for (const Json& id : rd.array(js, "state", "todo")) {
-    if (!id.is_number_unsigned()) malformed(path, "state.todo holds a non-integer");
+  for (const Json& id : rd.array(js, "state", "queued")) {
+    if (!id.is_number_unsigned()) malformed(path, "state.queued holds a non-integer");
     const auto it = s.shards.find(id.get<std::uint64_t>());
-    if (it == s.shards.end() || it->second.state != ShardState::todo)
-      malformed(path, cat("state.todo names shard ", id.dump(), ", which is not a TODO shard"));
-    s.todo.push_back(it->first);
+    if (it == s.shards.end() || it->second.state != ShardState::queued)
+      malformed(path, cat("state.queued names shard ", id.dump(), ", which is not a queued shard"));
+    s.queued.push_back(it->first);
   }
   const Json& active = rd.array(js, "state", "active");
   if (active.size() != ranks) malformed(path, cat("state.active has ", active.size(), " entries for ", ranks, " ranks"));
@@ -808,14 +808,14 @@ Dds::Parsed Dds::read_checkpoint(const std::string& path) {
     s.active.push_back(id);
   }
   // Every shard with samples left must be reachable, or its samples would never be handed out.
-  std::uint64_t todo_shards = 0;
+  std::uint64_t queued_shards = 0;
   for (const auto& [id, sh] : s.shards) {
-    if (sh.state == ShardState::todo) ++todo_shards;
+    if (sh.state == ShardState::queued) ++queued_shards;
     else if (sh.cursor < sh.end && s.active[static_cast<std::size_t>(sh.owner)] != static_cast<std::int64_t>(id))
       malformed(path, cat("DOING shard ", id, " has samples left but is not rank ", sh.owner, "'s active shard"));
   }
-  if (std::set<std::uint64_t>(s.todo.begin(), s.todo.end()).size() != s.todo.size() || s.todo.size() != todo_shards)
-    malformed(path, cat("state.todo lists ", s.todo.size(), " entries for ", todo_shards, " TODO shards"));
+  if (std::set<std::uint64_t>(s.queued.begin(), s.queued.end()).size() != s.queued.size() || s.queued.size() != queued_shards)
+    malformed(path, cat("state.queued lists ", s.queued.size(), " entries for ", queued_shards, " queued shards"));
   const Json& taken = rd.array(js, "state", "shards_taken");
   if (taken.size() != ranks) malformed(path, cat("state.shards_taken has ", taken.size(), " entries for ", ranks, " ranks"));
   for (const Json& t : taken) {

@@ -2,11 +2,11 @@
 //
 // The coordinator hands out a dataset's samples to ranks in small batches
 // ("leases") cut from shards of the epoch's shuffled sample order. A rank keeps
-// one DOING shard and takes the next TODO shard when it is used up, so fast
+// one DOING shard and takes the next queued shard when it is used up, so fast
 // ranks take more shards. Samples count as consumed only when their lease is
 // committed (the step that used them was included in a result); a lease given
 // back (dropped contribution, failed step) or revoked (rank failure, restore)
-// returns its samples to TODO. Invariant: every sample is committed exactly
+// returns its samples to queued. Invariant: every sample is committed exactly
 // once per epoch. State is checkpointed atomically (write, fsync, rename, fsync
 // of the directory) and restored after a coordinator restart.
 //
@@ -83,7 +83,7 @@ struct DdsOptions {
   std::uint64_t seed = 0;             // shuffle seed: the same seed gives the same order every run
   ShuffleMode shuffle = ShuffleMode::samples;
   std::uint32_t epochs = 0;           // epochs to serve; 0 = no end
-  // Work stealing at the end of an epoch: a fetch that finds no TODO shard takes
+  // Work stealing at the end of an epoch: a fetch that finds no queued shard takes
   // the back half of the largest DOING remainder, when that half has at least
   // steal_min samples. 0 = off (only resplit() moves a rank's samples).
   std::uint64_t steal_min = 0;
@@ -94,7 +94,8 @@ struct DdsOptions {
 // Options from ANTDT_DDS_SHARD_SIZE, ANTDT_DDS_SEED and ANTDT_DDS_SHUFFLE (docs/configuration.md).
 DdsOptions dds_options_from(const Config& cfg, int world_size, std::uint32_t epochs = 0);
 
-enum class ShardState : std::uint8_t { todo = 0, doing = 1, done = 2 };
+// queued, doing, done: DESIGN.md §9's three shard states (its "to do" is queued here).
+enum class ShardState : std::uint8_t { queued = 0, doing = 1, done = 2 };
 std::string_view to_string(ShardState state) noexcept;
 
 // A contiguous range [begin, end) of positions in an epoch's sample order.
@@ -104,8 +105,8 @@ struct Shard {
   std::uint32_t epoch = 0;
   std::uint64_t id = 0;           // unique within the epoch
   std::uint64_t begin = 0, end = 0, cursor = 0;
-  int owner = -1;                 // the rank working on it (DOING), -1 when TODO
-  ShardState state = ShardState::todo;
+  int owner = -1;                 // the rank working on it (DOING), -1 when queued
+  ShardState state = ShardState::queued;
   std::uint32_t attempts = 0;     // times its samples were taken by a rank (re-takes after failures count)
   std::uint64_t pending = 0;      // samples of open leases cut from it (handed out, not committed or given back)
 };
@@ -132,7 +133,7 @@ struct DdsProgress {
   std::uint64_t committed = 0;           // samples of this epoch consumed for good
   std::uint64_t leased = 0;              // samples in open leases
   std::uint64_t unassigned = 0;          // samples of this epoch not handed out (epoch_samples - committed - leased)
-  std::uint64_t todo_shards = 0, doing_shards = 0, done_shards = 0;  // done_shards: this epoch
+  std::uint64_t queued_shards = 0, doing_shards = 0, done_shards = 0;  // done_shards: this epoch
   std::uint64_t open_leases = 0;
   std::uint64_t epochs_completed = 0;
   // Since the start of the job (kept across checkpoints):
@@ -154,7 +155,7 @@ class Dds {
   const DdsOptions& options() const noexcept { return options_; }
 
   // Up to max_samples sample ids for `rank`, from its DOING shard and, when that
-  // is used up, the next TODO shards. Never spans two epochs.
+  // is used up, the next queued shards. Never spans two epochs.
   Batch fetch(int rank, std::uint64_t max_samples);
   // The lease's samples are consumed. False when the lease is no longer open
   // (already settled, or revoked by rank_failed() or a restore): nothing changes.
@@ -162,7 +163,7 @@ class Dds {
   bool commit(std::uint64_t lease);
   // The lease's samples go back: by rewinding the shard's cursor when they are
   // its most recently handed-out samples (the same rank gets them next), else as
-  // a new TODO shard. Same return value and errors as commit().
+  // a new queued shard. Same return value and errors as commit().
   bool give_back(std::uint64_t lease);
   // The link to partial collectives (DESIGN §7): settles the lease of the step
   // whose contribution got `fate` (PartialResult::fate). included / deferred:
@@ -170,18 +171,18 @@ class Dds {
   // carried no samples, so it has no lease to settle.
   bool settle(std::uint64_t lease, Fate fate);
   // Cuts `rank`'s DOING shard at its cursor (plus `keep` samples the rank may
-  // still fetch); the tail becomes a TODO shard ahead of the others, for faster
+  // still fetch); the tail becomes a queued shard ahead of the others, for faster
   // ranks. Returns the samples moved (0 when the rank has no DOING samples left).
   std::uint64_t resplit(int rank, std::uint64_t keep = 0);
   // `rank` died: its open leases and the rest of its DOING shards go back to
-  // TODO. Returns the samples returned. The rank may fetch again after a restart.
+  // queued. Returns the samples returned. The rank may fetch again after a restart.
   std::uint64_t rank_failed(int rank);
 
   std::uint32_t epoch() const;
   DdsProgress progress() const;
-  // Shards taken (TODO → DOING) per rank since the start of the job.
+  // Shards taken (queued → DOING) per rank since the start of the job.
   std::vector<std::uint64_t> shards_taken() const;
-  // The live (TODO and DOING) shards of the current epoch, ordered by id.
+  // The live (queued and DOING) shards of the current epoch, ordered by id.
   std::vector<Shard> shards() const;
   // The sample id at `position` of epoch `epoch`'s order (a bijection of 0..N-1 for each epoch).
   std::uint64_t sample_at(std::uint32_t epoch, std::uint64_t position) const;
@@ -194,7 +195,7 @@ class Dds {
   void checkpoint(const std::string& path) const;
   // Replaces this object's state by the checkpoint's. The dataset and options
   // must equal this object's (InvalidArgument naming the field that differs).
-  // Leases open at checkpoint time go back to TODO (docs/dds.md says why).
+  // Leases open at checkpoint time go back to queued (docs/dds.md says why).
   // A malformed file (syntax, missing or mistyped field, checksum, version,
   // inconsistent ranges) raises InvalidArgument naming the path and the problem;
   // the object is unchanged then.
@@ -219,7 +220,7 @@ class Dds {
     std::uint64_t committed = 0;
     std::uint64_t done_shards = 0;
     std::map<std::uint64_t, Shard> shards;          // live shards by id
-    std::deque<std::uint64_t> todo;                 // TODO shard ids, next first
+    std::deque<std::uint64_t> queued;                 // queued shard ids, next first
     std::vector<std::int64_t> active;               // per rank: its DOING shard with samples left, or -1
     std::map<std::uint64_t, LeaseRecord> leases;    // open leases by id
     std::vector<std::uint64_t> shards_taken;        // per rank

@@ -221,7 +221,7 @@ TEST(Dds, ResplitHandsTheStragglersTailToAFastRank) {
   Dds dds(Dataset::samples(150), small_options(2, 50));
   const Batch slow = dds.fetch(0, 10);       // shard 0, positions 0..9
   const Batch lost = dds.fetch(1, 5);        // shard 1, positions 50..54
-  ASSERT_EQ(dds.rank_failed(1), 50u);        // shard 1 goes back to TODO whole
+  ASSERT_EQ(dds.rank_failed(1), 50u);        // shard 1 goes back to queued whole
   EXPECT_FALSE(dds.commit(lost.lease));
   EXPECT_EQ(dds.resplit(0, 5), 35u);         // keeps 10..14, the tail 15..49 goes back, ahead of shard 1
   EXPECT_EQ(dds.progress().resplit_samples, 35u);
@@ -284,7 +284,7 @@ TEST(Dds, GiveBackRewindsTheTailOrMakesANewShard) {
   const Batch b = dds.fetch(0, 10);
   ASSERT_TRUE(dds.give_back(b.lease));  // the latest samples: cursor rewinds, rank 0 gets them again
   EXPECT_EQ(dds.fetch(0, 10).samples, b.samples);
-  ASSERT_TRUE(dds.give_back(a.lease));  // not the tail: a new TODO shard, first in line
+  ASSERT_TRUE(dds.give_back(a.lease));  // not the tail: a new queued shard, first in line
   const Batch other = dds.fetch(1, 10);
   EXPECT_EQ(other.samples, a.samples);
   bool found = false;
@@ -533,7 +533,7 @@ TEST(DdsCheckpoint, MalformedFilesAreRefusedWithTheReason) {
   check([](auto& d) { d["state"]["active"] = nlohmann::json::array({-1}); }, "state.active has 1 entries");
   check([](auto& d) { d["state"]["active"] = nlohmann::json::array({-1, -1}); },
         "DOING shard 0 has samples left but is not rank 0's active shard");
-  check([](auto& d) { d["state"]["todo"] = nlohmann::json::array({0}); }, "state.todo names shard 0");
+  check([](auto& d) { d["state"]["queued"] = nlohmann::json::array({0}); }, "state.queued names shard 0");
   check([](auto& d) { d["options"]["shuffle"] = "random"; }, "none|samples|blocks");
   check([](auto& d) { d["dataset"] = {{"samples", 0}}; }, "sample count");
   // A failed restore leaves the object as it was.
