@@ -6,7 +6,6 @@
 #include "core/log.hpp"
 
 #include <algorithm>
-#include <cctype>
 
 namespace antdt::coll {
 namespace {
@@ -50,11 +49,6 @@ const char* algo_name(Algo a) {
   return "?";
 }
 
-bool mentions_truncation(const std::string& text) {
-  std::string lower(text);
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  return lower.find("truncat") != std::string::npos;
-}
 
 }  // namespace
 
@@ -216,7 +210,7 @@ void Call::check(detail::OpSlot& slot) {
   if (state == transport::State::failed) {
     // A peer that aborted also closes its side: report the abort, the root cause.
     throw_if_aborted();
-    if (slot.is_recv && mentions_truncation(c.error))
+    if (slot.is_recv && c.truncated)
       fail(Status::mismatch, cat("rank ", rank(), " in ", sig_.describe(), " #", seq_, ": rank ", slot.peer,
                                  " sent more data than expected (", c.error,
                                  "); ranks called the collective with different arguments"));

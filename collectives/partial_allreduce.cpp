@@ -97,6 +97,7 @@ class PartialState final : public detail::CollectiveState {
   bool run_over = false;       // every other rank finished: only cached results remain
   std::vector<StragglerClass> classes;
   std::vector<std::byte> weighted;  // scratch: this rank's contribution times its weight
+  std::vector<int> members;         // scratch: the ring order of the current step
 };
 
 PartialState& state_of(detail::CommImpl& comm) {
@@ -173,8 +174,8 @@ void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision
   }
   // 2. The ring among contributors, in rank order.
   if (contributes && !finishing) {
-    std::vector<int> members;
-    members.reserve(d.contributors.size());
+    auto& members = st.members;  // reused: no allocation per step once warm
+    members.clear();
     double total = 0;
     bool equal_weights = true;
     for (const auto& c : d.contributors) {

@@ -342,6 +342,23 @@ antdtStatus_t c_api_call(void (*body)(void*), void* context) noexcept {
 Communicator& c_api_comm(antdtComm_t comm) { return unwrap(comm); }
 }  // namespace antdt::detail
 
+namespace {
+
+// The versioned C struct from the C++ result (a null `out` is allowed).
+void to_c(const antdt::PartialResult& r, antdtPartialResult* out) {
+  ANTDT_CHECK_ARG(out == nullptr || out->struct_size >= sizeof(antdtPartialResult),
+                  "antdtPartialResult.struct_size is ", out ? out->struct_size : 0, ", expected at least ",
+                  sizeof(antdtPartialResult), " (set it to sizeof(antdtPartialResult))");
+  if (out == nullptr) return;
+  out->step = r.step;
+  out->fate = static_cast<antdtFate_t>(r.fate);
+  out->contribution_step = r.contribution_step;
+  out->participants = r.participants;
+  out->total_weight = r.total_weight;
+  out->steps_behind = r.steps_behind;
+}
+}  // namespace
+
 extern "C" {
 
 antdtStatus_t antdtGetVersion(int* version) {
@@ -428,20 +445,6 @@ antdtStatus_t antdtStepEnd(antdtComm_t comm, uint64_t samples) {
   return guarded([&] { unwrap(comm).end_step(samples); });
 }
 
-namespace {
-void to_c(const antdt::PartialResult& r, antdtPartialResult* out) {
-  ANTDT_CHECK_ARG(out == nullptr || out->struct_size >= sizeof(antdtPartialResult),
-                  "antdtPartialResult.struct_size is ", out ? out->struct_size : 0, ", expected at least ",
-                  sizeof(antdtPartialResult), " (set it to sizeof(antdtPartialResult))");
-  if (out == nullptr) return;
-  out->step = r.step;
-  out->fate = static_cast<antdtFate_t>(r.fate);
-  out->contribution_step = r.contribution_step;
-  out->participants = r.participants;
-  out->total_weight = r.total_weight;
-  out->steps_behind = r.steps_behind;
-}
-}  // namespace
 
 antdtStatus_t antdtPartialAllReduce(const void* sendbuf, void* recvbuf, size_t count, antdtDataType_t dtype,
                                     antdtReduceOp_t op, const antdtPartialOptions* opts, antdtPartialResult* result,

@@ -88,21 +88,9 @@ void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType d
       ip_wrong = check.wrong;
     }
 
-    // The slowest rank's time is the collective's time; wrong counts add up.
     const double factor = busbw_factor(comm.size());
-    const auto oop = perf::make_measurement(bytes, perf::max_over_ranks(comm, oop_us), factor,
-                                            oop_wrong ? std::optional(perf::sum_over_ranks(comm, *oop_wrong))
-                                                      : std::nullopt);
-    const auto ip = perf::make_measurement(bytes, perf::max_over_ranks(comm, ip_us), factor,
-                                           ip_wrong ? std::optional(perf::sum_over_ranks(comm, *ip_wrong))
-                                                    : std::nullopt);
-    totals.wrong += oop.wrong.value_or(0) + ip.wrong.value_or(0);
-    totals.bandwidth.add(oop);
-    totals.bandwidth.add(ip);
-    if (comm.rank() == 0) {
-      std::fputs(perf::table_row(bytes, block_count * nranks, dtype, "none", -1, oop, ip).c_str(), stdout);
-      std::fflush(stdout);
-    }
+    perf::finish_row(comm, totals, bytes, block_count * nranks, dtype, "none", -1, factor, {oop_us, oop_wrong},
+                     {ip_us, ip_wrong});
   }
 }
 

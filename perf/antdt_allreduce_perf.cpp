@@ -87,22 +87,10 @@ void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType d
       ip_wrong = check.wrong;
     }
 
-    // The slowest rank's time is the collective's time; wrong counts add up.
-    const auto oop = perf::make_measurement(bytes, perf::max_over_ranks(comm, oop_us), busbw_factor,
-                                            oop_wrong ? std::optional(perf::sum_over_ranks(comm, *oop_wrong))
-                                                      : std::nullopt);
-    const auto ip = perf::make_measurement(bytes, perf::max_over_ranks(comm, ip_us), busbw_factor,
-                                           ip_wrong ? std::optional(perf::sum_over_ranks(comm, *ip_wrong))
-                                                    : std::nullopt);
-    totals.wrong += oop.wrong.value_or(0) + ip.wrong.value_or(0);
     totals.max_faults_per_call =
         std::max(totals.max_faults_per_call, perf::max_over_ranks(comm, std::max(oop_faults, ip_faults)));
-    totals.bandwidth.add(oop);
-    totals.bandwidth.add(ip);
-    if (comm.rank() == 0) {
-      std::fputs(perf::table_row(bytes, count, dtype, perf::op_label(op), -1, oop, ip).c_str(), stdout);
-      std::fflush(stdout);
-    }
+    perf::finish_row(comm, totals, bytes, count, dtype, perf::op_label(op), -1, busbw_factor, {oop_us, oop_wrong},
+                     {ip_us, ip_wrong});
   }
 }
 

@@ -623,6 +623,24 @@ void report_wrong(const char* tool, const Communicator& comm, DataType dtype, st
                check.first_wrong, check.first_got, check.first_expected);
 }
 
+void finish_row(Communicator& comm, Totals& totals, std::size_t bytes, std::size_t count, DataType dtype,
+                std::string_view op, int root, double busbw_factor, const LocalResult& out_of_place,
+                const LocalResult& in_place) {
+  auto combine = [&](const LocalResult& local) {
+    return make_measurement(bytes, max_over_ranks(comm, local.time_us), busbw_factor,
+                            local.wrong ? std::optional(sum_over_ranks(comm, *local.wrong)) : std::nullopt);
+  };
+  const auto oop = combine(out_of_place);
+  const auto ip = combine(in_place);
+  totals.wrong += oop.wrong.value_or(0) + ip.wrong.value_or(0);
+  totals.bandwidth.add(oop);
+  totals.bandwidth.add(ip);
+  if (comm.rank() == 0) {
+    std::fputs(table_row(bytes, count, dtype, op, root, oop, ip).c_str(), stdout);
+    std::fflush(stdout);
+  }
+}
+
 std::uint64_t minor_faults() {
   rusage usage{};
   ::getrusage(RUSAGE_SELF, &usage);

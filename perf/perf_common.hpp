@@ -216,6 +216,18 @@ struct Totals {
   double max_faults_per_call = -1;  // minor page faults per timed call, max over sizes and ranks (-1: not measured)
 };
 
+// One placement's outcome on this rank: time per call and wrong elements (empty when not checked).
+struct LocalResult {
+  double time_us = 0;
+  std::optional<std::uint64_t> wrong;
+};
+
+// Ends one table row: the slowest rank's time is the collective's time, wrong
+// counts add up over ranks; adds both placements to `totals`; rank 0 prints the row.
+void finish_row(Communicator& comm, Totals& totals, std::size_t bytes, std::size_t count, DataType dtype,
+                std::string_view op, int root, double busbw_factor, const LocalResult& out_of_place,
+                const LocalResult& in_place);
+
 // Minor page faults of this process so far (getrusage). A collective that
 // allocates or touches fresh pages on every call shows up as faults per call.
 std::uint64_t minor_faults();

@@ -122,10 +122,11 @@ void Arbiter::finish_stragglers_if_run_over() {
 
 void Arbiter::maybe_close(Clock::time_point now, std::vector<Out>& out) {
   int arrived_on_time = 0, active = 0;
-  bool all_done = true, missing_all_slow = true;
+  bool all_done = true, missing_all_slow = true, any_arrived = false;
   for (int r = 0; r < cfg_.ranks; ++r) {
     const auto& s = ranks_[static_cast<std::size_t>(r)];
     if (s.role == Role::on_time) ++arrived_on_time;
+    any_arrived |= s.role != Role::absent;
     if (!s.lost && !s.finished) ++active;
     if (!done(s)) {
       all_done = false;
@@ -133,8 +134,6 @@ void Arbiter::maybe_close(Clock::time_point now, std::vector<Out>& out) {
       if (cls != StragglerClass::deterministic && cls != StragglerClass::persistent) missing_all_slow = false;
     }
   }
-  bool any_arrived = false;
-  for (const auto& s : ranks_) any_arrived |= s.role != Role::absent;
   if (!any_arrived) return;
   if (all_done) {
     if (arrived_on_time > 0) close_step(out);

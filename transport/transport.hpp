@@ -51,6 +51,7 @@ struct Completion {
   MessageHeader header{};      // send: filled by the caller before posting; recv: filled on arrival
   std::size_t received_bytes = 0;  // recv: payload bytes that arrived
   std::string error;           // set when failed
+  bool truncated = false;      // recv failed because the message was longer than the posted payload
   void* handle = nullptr;      // transport-private
 
   Completion() = default;
@@ -62,6 +63,7 @@ struct Completion {
     state.store(State::pending, std::memory_order_relaxed);
     received_bytes = 0;
     error.clear();
+    truncated = false;
     handle = nullptr;
   }
 };

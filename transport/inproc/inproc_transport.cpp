@@ -212,6 +212,7 @@ class InprocTransport final : public Transport {
                bool recv_in_flight, bool send_in_flight) {
     const std::size_t bytes = send.payload.size();
     if (bytes > recv.payload.size()) {
+      recv.done->truncated = true;
       finish(dst, *recv.done, State::failed,
              truncation_error(src, recv.tag, recv.payload.size(), cat(bytes, " payload bytes")), recv_in_flight);
     } else {

@@ -521,6 +521,7 @@ void UcxTransport::finish_recv(OpSlot& slot, ucs_status_t status, std::size_t le
       const std::string incoming = length > slot.capacity + sizeof(MessageHeader)
                                        ? cat(length - sizeof(MessageHeader), " payload bytes")
                                        : std::string("a longer payload");
+      op->truncated = true;
       end(*op, State::failed, truncation_error(slot.peer, slot.tag, slot.capacity, incoming));
     } else if (peer.failed) {
       end(*op, State::failed, cat("receive from rank ", slot.peer, " with tag ", slot.tag, " failed: ", peer.failure));
