@@ -350,6 +350,9 @@ Config Config::from_env(const Lookup& lookup) {
   if (auto v = env.real("ANTDT_PARTIAL_GRACE_MS", 0, 600000, false)) c.partial_grace_ms = *v;
   if (auto v = env.integer("ANTDT_RESULT_CACHE", 2, 1024, "results")) c.result_cache = static_cast<std::size_t>(*v);
   if (auto v = env.integer("ANTDT_PARTIAL_WARMUP", 0, 100000, "steps")) c.partial_warmup = static_cast<int>(*v);
+  if (auto v = env.bytes("ANTDT_PS_PARTITION_BYTES", kMinChunkBytes, kMaxChunkBytes)) {
+    c.ps_partition_bytes = static_cast<std::size_t>(*v);
+  }
   if (auto v = env.integer("ANTDT_DDS_SHARD_SIZE", 1, 1LL << 30, "samples per shard")) {
     c.dds_shard_size = static_cast<std::size_t>(*v);
   }
@@ -398,6 +401,7 @@ std::vector<std::string> Config::describe() const {
   lines.push_back(cat("ANTDT_PARTIAL_GRACE_MS=", partial_grace_ms));
   lines.push_back(cat("ANTDT_RESULT_CACHE=", result_cache));
   lines.push_back(cat("ANTDT_PARTIAL_WARMUP=", partial_warmup));
+  lines.push_back(cat("ANTDT_PS_PARTITION_BYTES=", format_bytes(ps_partition_bytes)));
   lines.push_back(cat("ANTDT_DDS_SHARD_SIZE=", dds_shard_size));
   lines.push_back(cat("ANTDT_DDS_SEED=", dds_seed));
   lines.push_back(cat("ANTDT_DDS_SHUFFLE=", dds_shuffle));

@@ -59,6 +59,9 @@ struct Config {
   std::size_t result_cache = 4;         // ANTDT_RESULT_CACHE, 2..1024 results kept for late ranks
   int partial_warmup = 5;               // ANTDT_PARTIAL_WARMUP, 0..100000 steps run as BSP while the Monitor learns
 
+  // Push-pull (parameter-server mode, docs/collectives.md#push-pull).
+  std::size_t ps_partition_bytes = 4u << 20;  // ANTDT_PS_PARTITION_BYTES, 4K..1G, K/M/G suffixes: tensor partition size
+
   // Stateful dynamic data sharding (scheduler/dds.hpp, docs/dds.md).
   std::size_t dds_shard_size = 1024;    // ANTDT_DDS_SHARD_SIZE, 1..1073741824 samples per shard
   long long dds_seed = 0;               // ANTDT_DDS_SEED, 0..9223372036854775807: the shuffle seed
