@@ -26,6 +26,7 @@ constexpr long long kMaxTimeoutMs = 86'400'000;  // one day
 constexpr long long kMaxSpinUs = 1'000'000;
 constexpr long long kMinChunkBytes = 4LL << 10;
 constexpr long long kMaxChunkBytes = 1LL << 30;
+constexpr long long kMaxShmBytes = 1LL << 20;  // the segment holds 2 x ranks slots of this size
 constexpr std::size_t kSecretHexDigits = 32;
 constexpr long long kMinMonitorWindow = 4;
 constexpr long long kMaxMonitorWindow = 65536;
@@ -77,6 +78,8 @@ std::optional<long long> parse_decimal(std::string_view text) {
   return value;
 }
 
+std::string format_bytes(std::size_t bytes);  // "4K", "1M", "1G", or the plain count
+
 // Reads one variable through the lookup; empty (or blank) counts as unset.
 class Reader {
  public:
@@ -122,8 +125,8 @@ class Reader {
     if (!value) return std::nullopt;
     const auto fail = [&]() {
       invalid(name, *value,
-              cat("a byte count in [", lo, ", ", hi, "] (", lo >> 10, "K..", hi >> 30,
-                  "G), optionally with a K, M or G suffix (powers of 1024)"));
+              cat("a byte count in [", lo, ", ", hi, "] (", format_bytes(static_cast<std::size_t>(lo)), "..",
+                  format_bytes(static_cast<std::size_t>(hi)), "), optionally with a K, M or G suffix (powers of 1024)"));
     };
     std::string_view digits = *value;
     long long scale = 1;
@@ -165,9 +168,9 @@ constexpr std::array<std::pair<std::string_view, LogLevel>, 4> kLogLevels{{
     {"error", LogLevel::error}, {"warn", LogLevel::warn}, {"info", LogLevel::info}, {"trace", LogLevel::trace}}};
 constexpr std::array<std::pair<std::string_view, std::string_view>, 2> kTransports{{
     {"ucx", "ucx"}, {"inproc", "inproc"}}};
-constexpr std::array<std::pair<std::string_view, AllreduceAlgo>, 3> kAlgos{{
+constexpr std::array<std::pair<std::string_view, AllreduceAlgo>, 4> kAlgos{{
     {"auto", AllreduceAlgo::automatic}, {"ring", AllreduceAlgo::ring},
-    {"recursive_doubling", AllreduceAlgo::recursive_doubling}}};
+    {"recursive_doubling", AllreduceAlgo::recursive_doubling}, {"shm", AllreduceAlgo::shm}}};
 constexpr std::array<std::pair<std::string_view, ProgressMode>, 3> kProgressModes{{
     {"auto", ProgressMode::automatic}, {"spin", ProgressMode::spin}, {"wake", ProgressMode::wake}}};
 constexpr std::array<std::pair<std::string_view, BindMode>, 4> kBindModes{{
@@ -298,6 +301,7 @@ Config Config::from_env(const Lookup& lookup) {
   if (auto v = env.choice("ANTDT_TRANSPORT", kTransports)) c.transport = std::string(*v);
   if (auto v = env.choice("ANTDT_ALGO", kAlgos)) c.allreduce_algo = *v;
   if (auto v = env.bytes("ANTDT_CHUNK_BYTES", kMinChunkBytes, kMaxChunkBytes)) c.chunk_bytes = static_cast<std::size_t>(*v);
+  if (auto v = env.bytes("ANTDT_SHM_MAX_BYTES", 0, kMaxShmBytes)) c.shm_max_bytes = static_cast<std::size_t>(*v);
   if (auto v = env.choice("ANTDT_PROGRESS", kProgressModes)) c.progress = *v;
   if (auto v = env.integer("ANTDT_SPIN_US", 0, kMaxSpinUs, "microseconds")) c.spin_before_sleep = std::chrono::microseconds(*v);
   if (auto v = env.choice("ANTDT_BIND", kBindModes)) c.bind = *v;
@@ -378,6 +382,7 @@ std::vector<std::string> Config::describe() const {
   lines.push_back(cat("ANTDT_TRANSPORT=", transport));
   lines.push_back(cat("ANTDT_ALGO=", name_of(allreduce_algo, kAlgos)));
   lines.push_back(cat("ANTDT_CHUNK_BYTES=", format_bytes(chunk_bytes)));
+  lines.push_back(cat("ANTDT_SHM_MAX_BYTES=", format_bytes(shm_max_bytes)));
   lines.push_back(cat("ANTDT_PROGRESS=", name_of(progress, kProgressModes)));
   lines.push_back(cat("ANTDT_SPIN_US=", spin_before_sleep.count()));
   lines.push_back(cat("ANTDT_BIND=", name_of(bind, kBindModes)));
