@@ -32,6 +32,8 @@ const char* kind_name(Kind k) {
     case Kind::point_to_point: return "send/recv";
     case Kind::partial: return "partial_allreduce";
     case Kind::partial_catchup: return "partial_allreduce catch-up";
+    case Kind::push: return "push";
+    case Kind::pull: return "pull";
   }
   return "?";
 }
@@ -66,7 +68,8 @@ std::uint64_t Signature::hash() const noexcept {
 
 std::string Signature::describe() const {
   std::string s = cat(kind_name(kind), "(count=", count, ", ", dtype_name(dtype));
-  if (kind == Kind::allreduce || kind == Kind::reduce_scatter || kind == Kind::reduce) s += cat(", ", op_name(op));
+  if (kind == Kind::allreduce || kind == Kind::reduce_scatter || kind == Kind::reduce || kind == Kind::pull)
+    s += cat(", ", op_name(op));
   if (root >= 0) s += cat(", root=", root);
   return s + cat(", ", algo_name(algo), ")");
 }
