@@ -171,6 +171,8 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 2> kTranspor
 constexpr std::array<std::pair<std::string_view, AllreduceAlgo>, 4> kAlgos{{
     {"auto", AllreduceAlgo::automatic}, {"ring", AllreduceAlgo::ring},
     {"recursive_doubling", AllreduceAlgo::recursive_doubling}, {"shm", AllreduceAlgo::shm}}};
+constexpr std::array<std::pair<std::string_view, GpuPath>, 3> kGpuPaths{{
+    {"auto", GpuPath::automatic}, {"ipc", GpuPath::ipc}, {"staged", GpuPath::staged}}};
 constexpr std::array<std::pair<std::string_view, ProgressMode>, 3> kProgressModes{{
     {"auto", ProgressMode::automatic}, {"spin", ProgressMode::spin}, {"wake", ProgressMode::wake}}};
 constexpr std::array<std::pair<std::string_view, BindMode>, 4> kBindModes{{
@@ -350,6 +352,7 @@ Config Config::from_env(const Lookup& lookup) {
     c.inject = std::make_shared<const sched::InjectSpec>(sched::parse_inject(*v));
   }
   if (auto v = env.integer("ANTDT_NVTX", 0, 1, "1 = NVTX ranges per collective and step")) c.nvtx = *v == 1;
+  if (auto v = env.choice("ANTDT_GPU_PATH", kGpuPaths)) c.gpu_path = *v;
   if (auto v = env.real("ANTDT_PARTIAL_QUORUM", 0, 1, true)) c.partial_quorum = *v;
   if (auto v = env.real("ANTDT_PARTIAL_GRACE_MS", 0, 600000, false)) c.partial_grace_ms = *v;
   if (auto v = env.integer("ANTDT_RESULT_CACHE", 2, 1024, "results")) c.result_cache = static_cast<std::size_t>(*v);
@@ -402,6 +405,7 @@ std::vector<std::string> Config::describe() const {
   lines.push_back(cat("ANTDT_TRACE_FLUSH_STEPS=", trace_flush_steps));
   lines.push_back(cat("ANTDT_INJECT=", inject ? inject->text : std::string("(unset)")));
   lines.push_back(cat("ANTDT_NVTX=", nvtx ? 1 : 0));
+  lines.push_back(cat("ANTDT_GPU_PATH=", name_of(gpu_path, kGpuPaths)));
   lines.push_back(cat("ANTDT_PARTIAL_QUORUM=", partial_quorum));
   lines.push_back(cat("ANTDT_PARTIAL_GRACE_MS=", partial_grace_ms));
   lines.push_back(cat("ANTDT_RESULT_CACHE=", result_cache));
