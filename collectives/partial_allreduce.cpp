@@ -15,6 +15,7 @@
 // lets weight-0 calls fetch those results without any message.
 #include "collectives/algorithms.hpp"
 #include "collectives/collectives.hpp"
+#include "collectives/partial_step.hpp"
 #include "collectives/step_timing.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
@@ -111,8 +112,7 @@ constexpr std::uint64_t kStepSeqBit = std::uint64_t{1} << 62;
 constexpr std::uint64_t kFinishSeqBit = std::uint64_t{1} << 61;
 constexpr std::uint64_t kCatchupSeqBit = std::uint64_t{1} << 60;
 
-std::uint64_t signature_of(std::size_t count, DataType dtype, ReduceOp op, const PartialOptions& opts) {
-  Signature sig{Kind::partial, count, dtype, op, -1, Algo::ring};
+std::uint64_t signature_of(const Signature& sig, const PartialOptions& opts) {
   std::uint64_t h = sig.hash();
   h ^= (static_cast<std::uint64_t>(opts.policy) << 8) ^ (static_cast<std::uint64_t>(opts.staleness) << 16);
   return h * 0x9e3779b97f4a7c15ULL;
@@ -148,7 +148,8 @@ void scale(DataType t, std::span<std::byte> data, double factor) {
 // Runs the data movement of one decision at this rank. `own_result` is where
 // the ring writes this step's result when this rank contributes to it.
 void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision& d, const Signature& sig,
-               std::uint64_t seq, const std::byte* send, std::byte* own_result, std::size_t count, bool finishing) {
+               std::uint64_t seq, const std::byte* send, std::byte* own_result, std::size_t count, bool finishing,
+               const PartialReduce* reduce = nullptr) {
   const int me = comm.rank();
   const std::size_t bytes = count * dtype_size(sig.dtype);
   // Two calls, two tags: the ring's messages and the catch-up pushes travel
@@ -185,7 +186,9 @@ void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision
     }
     // Slot indexes are per communicator: start after the receives posted above.
     ring.set_index_base(push.next_free_index());
-    if (sig.op != ReduceOp::avg || equal_weights) {
+    if (reduce != nullptr) {
+      (*reduce)(ring, d.contributors, send, own_result);
+    } else if (sig.op != ReduceOp::avg || equal_weights) {
       // With every rank and equal weights, the algorithm a plain allreduce
       // would choose: the result is then bit-identical to it (invariant 5).
       const bool everyone = static_cast<int>(members.size()) == comm.size();
@@ -227,6 +230,11 @@ void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision
 
 PartialResult partial_allreduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count,
                                 DataType dtype, ReduceOp op, const PartialOptions& opts) {
+  return partial_step(comm, send, recv, count, dtype, op, opts, PartialStepKind{});
+}
+
+PartialResult partial_step(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype,
+                           ReduceOp op, const PartialOptions& opts, const PartialStepKind& kind) {
   check_dtype(dtype);
   check_op(op);
   ANTDT_CHECK_ARG(std::isfinite(opts.weight) && opts.weight >= 0, "partial_allreduce: weight must be finite and >= 0, got ",
@@ -241,7 +249,8 @@ PartialResult partial_allreduce(detail::CommImpl& comm, const void* send, void* 
                   " overflows size_t");
   comm.check_usable();
   PartialState& st = state_of(comm);
-  const Signature sig{Kind::partial, count, dtype, op, -1, Algo::ring};
+  Signature sig{Kind::partial, count, dtype, op, -1, Algo::ring};
+  sig.layout = kind.salt;
   if (st.cache.bytes() != bytes) {
     ANTDT_CHECK_ARG(st.applied == st.latest, "partial_allreduce: the count or dtype changed while ", st.latest - st.applied,
                     " results are still to be fetched");
@@ -285,7 +294,7 @@ PartialResult partial_allreduce(detail::CommImpl& comm, const void* send, void* 
   else
     arrival.compute_s = st.last_return ? std::chrono::duration<double>(arrived_at - *st.last_return).count() : 0;
   arrival.samples = opts.samples;
-  arrival.signature = signature_of(count, dtype, op, opts);
+  arrival.signature = signature_of(sig, opts);
   arrival.policy = opts.policy;
   arrival.staleness = opts.staleness;
   const auto deadline = Clock::now() + comm.config().timeout;
@@ -326,7 +335,8 @@ PartialResult partial_allreduce(detail::CommImpl& comm, const void* send, void* 
   // On time: the ring writes straight into the caller's buffer; late: into the cache.
   std::byte* own_result = nullptr;
   if (contributes) own_result = next == d.step && out != nullptr ? out : st.cache.claim(d.step).data();
-  move_data(comm, st, d, sig, kStepSeqBit | d.step, static_cast<const std::byte*>(send), own_result, count, false);
+  move_data(comm, st, d, sig, kStepSeqBit | d.step, static_cast<const std::byte*>(send), own_result, count, false,
+            kind.reduce);
   record_collective(comm, std::chrono::duration<double>(decided_at - arrived_at).count(),
                     std::chrono::duration<double>(Clock::now() - decided_at).count());
   if (contributes && own_result == out && out != nullptr && !st.cache.has(d.step)) {  // the server cached it already
