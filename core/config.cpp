@@ -5,6 +5,8 @@
 #include "core/error.hpp"
 #include "scheduler/inject.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -14,9 +16,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <sstream>
 #include <utility>
 
 namespace antdt {
@@ -293,6 +297,34 @@ void check_launcher_consistency(const LauncherRanks& r, std::string_view rank_va
   }
 }
 
+bool valid_policy_name(std::string_view name) {
+  if (name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) != 0 || ch == '_' || ch == '.' || ch == '-';
+  });
+}
+
+// ANTDT_POLICY_CONFIG: JSON text, or @path of a file with it. Only the syntax
+// is checked here (an object); each policy checks its keys when it is made.
+std::string read_policy_config(const std::string& value) {
+  std::string text = value;
+  if (value.front() == '@') {
+    const std::string path = value.substr(1);
+    std::ifstream in(path, std::ios::binary);
+    if (!in) raise<ConfigError>("ANTDT_POLICY_CONFIG='", printable(value), "' is invalid: cannot open '", path, "'");
+    std::ostringstream content;
+    content << in.rdbuf();
+    if (in.bad()) raise<ConfigError>("ANTDT_POLICY_CONFIG='", printable(value), "' is invalid: cannot read '", path, "'");
+    text = content.str();
+  }
+  const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded() || !parsed.is_object()) {
+    raise<ConfigError>("ANTDT_POLICY_CONFIG='", printable(value), "' is invalid: expected a JSON object",
+                       value.front() == '@' ? " in the file" : "", " ({\"key\": value, ...}; @path reads a file)");
+  }
+  return parsed.dump();
+}
+
 }  // namespace
 
 Config Config::from_env(const Lookup& lookup) {
@@ -365,6 +397,30 @@ Config Config::from_env(const Lookup& lookup) {
   }
   if (auto v = env.integer("ANTDT_DDS_SEED", 0, LLONG_MAX, "shuffle seed")) c.dds_seed = *v;
   if (auto v = env.choice("ANTDT_DDS_SHUFFLE", kDdsShuffles)) c.dds_shuffle = *v;
+  if (auto v = env.get("ANTDT_POLICY")) {
+    // Registered names are known only when the Controller is made (a program
+    // may register its policy after the configuration was read).
+    if (!valid_policy_name(*v)) {
+      invalid("ANTDT_POLICY", *v, "bsp, antdt-dd, antdt-nd or the name of a registered policy ([A-Za-z0-9_.-]+)");
+    }
+    c.policy = *v;
+  }
+  if (auto v = env.get("ANTDT_POLICY_CONFIG")) c.policy_config = read_policy_config(*v);
+  if (auto v = env.get("ANTDT_COORDINATOR")) {
+    if (!valid_root(*v)) invalid("ANTDT_COORDINATOR", *v, "host:port with a port in [1, 65535] (an IPv6 address as [addr]:port)");
+    c.coordinator = *v;
+  }
+  if (auto v = env.integer("ANTDT_COORDINATOR_EMBEDDED", 0, 1, "1 = rank 0 hosts the coordinator at ANTDT_COORDINATOR")) {
+    c.coordinator_embedded = *v == 1;
+  }
+  if (c.coordinator_embedded && c.coordinator.empty())
+    raise<ConfigError>("ANTDT_COORDINATOR_EMBEDDED=1 needs ANTDT_COORDINATOR=host:port (where rank 0 listens)");
+  if (auto v = env.get("ANTDT_COORDINATOR_CHECKPOINT")) c.coordinator_checkpoint = *v;
+  if (auto v = env.real("ANTDT_COORDINATOR_CHECKPOINT_S", 0, 86400, true)) {
+    c.coordinator_checkpoint_interval = std::chrono::milliseconds(std::max<long long>(1, std::llround(*v * 1000)));
+  }
+  if (auto v = env.integer("ANTDT_INCARNATION", 0, INT_MAX, "restarts of this rank so far")) c.incarnation = static_cast<int>(*v);
+  if (auto v = env.integer("ANTDT_RESTART_EXIT_CODE", 1, 255, "exit code")) c.restart_exit_code = static_cast<int>(*v);
   return c;
 }
 
@@ -414,6 +470,14 @@ std::vector<std::string> Config::describe() const {
   lines.push_back(cat("ANTDT_DDS_SHARD_SIZE=", dds_shard_size));
   lines.push_back(cat("ANTDT_DDS_SEED=", dds_seed));
   lines.push_back(cat("ANTDT_DDS_SHUFFLE=", dds_shuffle));
+  lines.push_back(cat("ANTDT_POLICY=", policy));
+  lines.push_back(cat("ANTDT_POLICY_CONFIG=", policy_config));
+  lines.push_back(cat("ANTDT_COORDINATOR=", coordinator.empty() ? "(unset)" : coordinator));
+  lines.push_back(cat("ANTDT_COORDINATOR_EMBEDDED=", coordinator_embedded ? 1 : 0));
+  lines.push_back(cat("ANTDT_COORDINATOR_CHECKPOINT=", coordinator_checkpoint.empty() ? "(unset)" : coordinator_checkpoint));
+  lines.push_back(cat("ANTDT_COORDINATOR_CHECKPOINT_S=", coordinator_checkpoint_interval.count() / 1000.0));
+  lines.push_back(cat("ANTDT_INCARNATION=", incarnation));
+  lines.push_back(cat("ANTDT_RESTART_EXIT_CODE=", restart_exit_code));
   return lines;
 }
 

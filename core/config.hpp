@@ -70,6 +70,18 @@ struct Config {
   long long dds_seed = 0;               // ANTDT_DDS_SEED, 0..9223372036854775807: the shuffle seed
   std::string dds_shuffle = "samples";  // ANTDT_DDS_SHUFFLE=samples|blocks|none
 
+  // Scheduler policy (scheduler/controller.hpp, docs/scheduler.md).
+  std::string policy = "bsp";           // ANTDT_POLICY=bsp|antdt-dd|antdt-nd|<registered name>
+  std::string policy_config = "{}";     // ANTDT_POLICY_CONFIG: a JSON object, or @path of a file holding one
+
+  // Agent and coordinator (scheduler/coordinator.hpp, docs/scheduler.md).
+  std::string coordinator;              // ANTDT_COORDINATOR=host:port (empty: rank 0 hosts one on any port)
+  bool coordinator_embedded = false;    // ANTDT_COORDINATOR_EMBEDDED=0|1: rank 0 hosts it at ANTDT_COORDINATOR
+  std::string coordinator_checkpoint;   // ANTDT_COORDINATOR_CHECKPOINT: Dds checkpoint file (empty: none)
+  std::chrono::milliseconds coordinator_checkpoint_interval{10000};  // ANTDT_COORDINATOR_CHECKPOINT_S, (0, 86400]
+  int incarnation = 0;                  // ANTDT_INCARNATION, 0..2147483647: restarts of this rank so far
+  int restart_exit_code = 75;           // ANTDT_RESTART_EXIT_CODE, 1..255: the exit code asking for a restart
+
   // Reads the variables through `lookup` (the process environment by default).
   using Lookup = std::function<std::optional<std::string>(std::string_view name)>;
   static Config from_env(const Lookup& lookup);

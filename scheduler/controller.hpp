@@ -128,20 +128,19 @@ class Controller {
   void check_plans(const std::vector<RankPlan>& plans, std::string_view who) const;
   std::uint64_t min_asked_locked() const;
   void prune_locked();
-  PolicyContext context_locked(std::uint64_t step);
 
   Monitor& monitor_;
   std::unique_ptr<Policy> policy_;
   ControllerOptions options_;
-  mutable std::mutex mu_;
+  std::mutex decide_mu_;                       // one on_step() at a time; guards throughput_ and the policy
+  mutable std::mutex mu_;                      // guards the plans and the rank bookkeeping below
   std::map<std::uint64_t, PlanSet> history_;   // effective step -> plans (orders included)
   std::vector<std::uint64_t> asked_;           // per rank: highest step asked (+1; 0 = never)
   std::uint64_t highest_asked_ = 0;
+  bool any_asked_ = false;
   std::vector<bool> restart_pending_;          // per rank
   std::vector<std::uint64_t> resplit_given_;   // per rank: effective step whose resplit order went out (+1)
   std::vector<Throughput> throughput_;         // per rank, from the records on_step() saw
-  std::vector<RankPlan> context_plans_;        // scratch for PolicyContext::plans
-  std::vector<int> context_restarting_;
   ControllerStats stats_;
 };
 

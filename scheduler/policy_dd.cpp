@@ -1,0 +1,127 @@
+// "antdt-dd" (dedicated clusters, docs/scheduler.md): local batches in
+// proportion to each rank's measured speed, Σ b_i = B exactly, gradient
+// accumulation above the micro-batch cap, hysteresis, and `defer` while a
+// rank has transient spikes.
+#include "scheduler/policy_config.hpp"
+
+#include "core/error.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace antdt::sched {
+namespace {
+
+struct DdOptions {
+  double threshold = 0.1;          // a change needs some b_i to move by more than this fraction of itself
+  std::uint64_t interval = 20;     // steps between batch changes; also how long defer outlives the last transient
+  std::uint64_t warmup = 10;       // steps of statistics before the first change
+  std::uint32_t staleness = 1;     // bound of defer
+  bool defer_transients = true;
+};
+
+class DdPolicy final : public Policy {
+ public:
+  explicit DdPolicy(const DdOptions& options) : options_(options) {}
+
+  std::string_view name() const noexcept override { return "antdt-dd"; }
+  std::string reason() const override { return reason_; }
+
+  std::optional<std::vector<RankPlan>> decide(const PolicyContext& ctx, const MonitorView& monitor) override {
+    const std::size_t n = static_cast<std::size_t>(ctx.world_size);
+    if (ctx.step < options_.warmup || ctx.plans.size() != n) return std::nullopt;
+    if (trusted_.size() != n) trusted_.assign(n, 0.0);
+
+    // Speeds: samples per second of compute. A transient rank's current figure
+    // is a spike that will pass, so it keeps the speed it had before.
+    speeds_.assign(n, 0.0);
+    bool any_transient = false;
+    std::size_t known = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const RankStats st = monitor.rank(static_cast<int>(i));
+      const bool transient = st.cls == StragglerClass::transient;
+      any_transient = any_transient || transient;
+      if (!transient && st.samples_per_s > 0) trusted_[i] = st.samples_per_s;
+      speeds_[i] = trusted_[i];
+      if (speeds_[i] > 0) ++known;
+    }
+    if (known == 0) return std::nullopt;
+    if (known < n) {
+      // Ranks without data yet count as typical ones (the median speed).
+      scratch_.clear();
+      for (double s : speeds_) {
+        if (s > 0) scratch_.push_back(s);
+      }
+      auto mid = scratch_.begin() + static_cast<std::ptrdiff_t>(scratch_.size() / 2);
+      std::nth_element(scratch_.begin(), mid, scratch_.end());
+      for (double& s : speeds_) {
+        if (s <= 0) s = *mid;
+      }
+    }
+
+    const std::uint64_t hi = ctx.max_local_batch == 0 ? ctx.global_batch : ctx.max_local_batch;
+    const std::vector<std::uint64_t> target = split_batch(ctx.global_batch, speeds_, ctx.min_local_batch, hi);
+
+    std::vector<std::uint64_t> batches(n);
+    for (std::size_t i = 0; i < n; ++i) batches[i] = ctx.plans[i].local_batch;
+    bool moved = false;
+    double largest_move = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double current = static_cast<double>(batches[i]);
+      const double delta = std::abs(static_cast<double>(target[i]) - current);
+      const double fraction = delta / std::max(current, 1.0);
+      largest_move = std::max(largest_move, fraction);
+      if (delta >= 1 && fraction > options_.threshold) moved = true;
+    }
+    const bool may_change = !changed_at_ || ctx.step >= *changed_at_ + options_.interval;
+    const bool rebalance = moved && may_change;
+    if (rebalance) batches = target;
+
+    // One late policy for every rank (the arbiter needs one per step): defer
+    // while some rank spikes, back to wait `interval` steps after the last one.
+    LatePolicy late = ctx.plans[0].late;
+    if (options_.defer_transients && any_transient) {
+      late = LatePolicy::defer;
+      last_transient_ = ctx.step;
+    } else if (late == LatePolicy::defer && ctx.step >= last_transient_ + options_.interval) {
+      late = LatePolicy::wait;
+    }
+
+    std::vector<RankPlan> plans(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      plans[i] = plan_for_batch(batches[i], ctx.micro_batch_cap);
+      plans[i].late = late;
+      plans[i].staleness = options_.staleness;
+    }
+    if (std::equal(plans.begin(), plans.end(), ctx.plans.begin(), ctx.plans.end())) return std::nullopt;
+    if (rebalance) changed_at_ = ctx.step;
+    reason_ = rebalance ? cat("rebalance: largest batch move ", std::lround(largest_move * 100), "% > ",
+                              std::lround(options_.threshold * 100), "%; late ", late == LatePolicy::defer ? "defer" : "wait")
+                        : cat("late policy ", late == LatePolicy::defer ? "defer (transient stragglers)" : "wait");
+    return plans;
+  }
+
+ private:
+  DdOptions options_;
+  std::vector<double> trusted_;   // per rank: last speed measured while not transient
+  std::vector<double> speeds_, scratch_;
+  std::optional<std::uint64_t> changed_at_;
+  std::uint64_t last_transient_ = 0;
+  std::string reason_;
+};
+
+}  // namespace
+
+std::unique_ptr<Policy> make_dd_policy(std::string_view config_json) {
+  PolicyConfigReader reader("antdt-dd", config_json);
+  DdOptions o;
+  o.threshold = reader.number("threshold", o.threshold, 0, 10);
+  o.interval = reader.integer("interval", o.interval, 1, 1'000'000'000);
+  o.warmup = reader.integer("warmup", o.warmup, 0, 1'000'000'000);
+  o.staleness = static_cast<std::uint32_t>(reader.integer("staleness", o.staleness, 1, 1024));
+  o.defer_transients = reader.boolean("defer_transients", o.defer_transients);
+  reader.finish();
+  return std::make_unique<DdPolicy>(o);
+}
+
+}  // namespace antdt::sched
