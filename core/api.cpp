@@ -5,6 +5,7 @@
 #include "collectives/collectives.hpp"
 #include "collectives/step_timing.hpp"
 #include "core/bootstrap.hpp"
+#include "core/c_api.hpp"
 #include "core/communicator.hpp"
 #include "core/config.hpp"
 #include "core/dtype.hpp"
@@ -279,10 +280,6 @@ Communicator Communicator::from_env() {
 // ---------------------------------------------------------------------------
 // C API
 // ---------------------------------------------------------------------------
-struct antdtComm {
-  antdt::Communicator comm;
-};
-
 namespace {
 
 thread_local std::string last_error;

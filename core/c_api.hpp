@@ -8,6 +8,12 @@
 
 #include <type_traits>
 
+// The object behind an antdtComm_t. Defined here (not in core/api.cpp) so that
+// the Agent's C API can hand out a handle to the communicator it owns.
+struct antdtComm {
+  antdt::Communicator comm;
+};
+
 namespace antdt::detail {
 
 antdtStatus_t c_api_call(void (*body)(void*), void* context) noexcept;
