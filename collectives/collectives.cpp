@@ -1,9 +1,11 @@
 #include "collectives/collectives.hpp"
 
 #include "collectives/algorithms.hpp"
+#include "collectives/device_collectives.hpp"
 #include "collectives/suite.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
+#include "cuda/nvtx.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -330,21 +332,124 @@ void run_allreduce(detail::CommImpl& comm, const void* send, void* recv, std::si
     allreduce_ring(call, bytes(send), bytes(recv), count, dtype, op);
 }
 
+// ---------------------------------------------------------------------------
+// Device buffers (collectives/device_collectives.hpp): every entry point runs
+// through these, so blocking, grouped and non-blocking calls all take the
+// device path when a buffer is device memory; host buffers run as before.
+// ---------------------------------------------------------------------------
+void host_broadcast(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype,
+                    int root) {
+  run_broadcast(comm, send, recv, count, dtype, root);
+}
+void host_reduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+                 int root) {
+  run_reduce(comm, send, recv, count, dtype, op, root);
+}
+void host_reduce_scatter(detail::CommImpl& comm, const void* send, void* recv, std::size_t recv_count,
+                         DataType dtype, ReduceOp op) {
+  run_reduce_scatter(comm, send, recv, recv_count, dtype, op);
+}
+void host_allgatherv(detail::CommImpl& comm, const void* send, void* recv, std::span<const std::size_t> counts,
+                     std::span<const std::size_t> displs, DataType dtype) {
+  run_allgatherv(comm, send, recv, counts, displs, dtype);
+}
+void host_alltoall(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype) {
+  run_alltoall(comm, send, recv, count, dtype);
+}
+
+namespace {
+
+void dispatch_allreduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype,
+                        ReduceOp op, void* stream) {
+  if (device::is_device_call(send, recv)) return device::allreduce(comm, send, recv, count, dtype, op, stream);
+  device::synchronize_host_call(comm, stream, "allreduce");
+  cuda::NvtxRange range("antdt allreduce");
+  run_allreduce(comm, send, recv, count, dtype, op);
+}
+void dispatch_broadcast(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype,
+                        int root, void* stream) {
+  if (device::is_device_call(comm.rank() == root ? send : nullptr, recv))
+    return device::broadcast(comm, send, recv, count, dtype, root, stream);
+  device::synchronize_host_call(comm, stream, "broadcast");
+  cuda::NvtxRange range("antdt broadcast");
+  run_broadcast(comm, send, recv, count, dtype, root);
+}
+void dispatch_reduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype,
+                     ReduceOp op, int root, void* stream) {
+  if (device::is_device_call(send, comm.rank() == root ? recv : nullptr))
+    return device::reduce(comm, send, recv, count, dtype, op, root, stream);
+  device::synchronize_host_call(comm, stream, "reduce");
+  cuda::NvtxRange range("antdt reduce");
+  run_reduce(comm, send, recv, count, dtype, op, root);
+}
+void dispatch_reduce_scatter(detail::CommImpl& comm, const void* send, void* recv, std::size_t recv_count,
+                             DataType dtype, ReduceOp op, void* stream) {
+  if (device::is_device_call(send, recv))
+    return device::reduce_scatter(comm, send, recv, recv_count, dtype, op, stream);
+  device::synchronize_host_call(comm, stream, "reduce_scatter");
+  cuda::NvtxRange range("antdt reduce_scatter");
+  run_reduce_scatter(comm, send, recv, recv_count, dtype, op);
+}
+void dispatch_allgatherv(detail::CommImpl& comm, const void* send, void* recv, std::span<const std::size_t> counts,
+                         std::span<const std::size_t> displs, DataType dtype, void* stream = nullptr) {
+  if (device::is_device_call(send, recv)) return device::allgatherv(comm, send, recv, counts, displs, dtype, stream);
+  device::synchronize_host_call(comm, stream, "allgatherv");
+  cuda::NvtxRange range("antdt allgatherv");
+  run_allgatherv(comm, send, recv, counts, displs, dtype);
+}
+void dispatch_allgather(detail::CommImpl& comm, const void* send, void* recv, std::size_t send_count, DataType dtype,
+                        void* stream) {
+  if (device::is_device_call(send, recv)) {
+    const auto n = static_cast<std::size_t>(comm.size());
+    std::vector<std::size_t> counts(n, send_count), displs(n);
+    for (std::size_t b = 0; b < n; ++b) displs[b] = b * send_count;
+    return device::allgatherv(comm, send, recv, counts, displs, dtype, stream);
+  }
+  device::synchronize_host_call(comm, stream, "allgather");
+  cuda::NvtxRange range("antdt allgather");
+  run_allgather(comm, send, recv, send_count, dtype);
+}
+void dispatch_alltoall(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype) {
+  if (device::is_device_call(send, recv)) return device::alltoall(comm, send, recv, count, dtype, nullptr);
+  cuda::NvtxRange range("antdt alltoall");
+  run_alltoall(comm, send, recv, count, dtype);
+}
+
+}  // namespace
+
 void allreduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op) {
+  allreduce_on(comm, send, recv, count, dtype, op, nullptr);
+}
+
+void allreduce_on(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype,
+                  ReduceOp op, void* stream) {
   check_allreduce(send, recv, count, dtype, op);
+  const bool on_device = device::is_device_call(send, recv);
   if (SuiteState* state = existing_suite(comm)) {
     if (state->in_group()) {
-      state->record(GroupedCollective{true, bytes(send), bytes(recv), count, dtype, op, {}});
+      if (on_device)
+        state->record(GroupedCollective{.run = [&comm, send, recv, count, dtype, op, stream] {
+          device::allreduce(comm, send, recv, count, dtype, op, stream);
+        }});
+      else
+        state->record(GroupedCollective{true, bytes(send), bytes(recv), count, dtype, op, {}});
       return;
     }
     state->run_queued();
   }
-  run_allreduce(comm, send, recv, count, dtype, op);
+  dispatch_allreduce(comm, send, recv, count, dtype, op, stream);
 }
 
 void broadcast(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype, int root) {
+  broadcast_on(comm, send, recv, count, dtype, root, nullptr);
+}
+
+void broadcast_on(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype, int root,
+                  void* stream) {
   check_broadcast(comm, send, recv, count, dtype, root);
-  run_or_record(comm, [&comm, send, recv, count, dtype, root] { run_broadcast(comm, send, recv, count, dtype, root); });
+  run_or_record(comm, [&comm, send, recv, count, dtype, root, stream] {
+    dispatch_broadcast(comm, send, recv, count, dtype, root, stream);
+  });
 }
 
 void barrier(detail::CommImpl& comm) {
@@ -353,15 +458,27 @@ void barrier(detail::CommImpl& comm) {
 
 void reduce_scatter(detail::CommImpl& comm, const void* send, void* recv, std::size_t recv_count, DataType dtype,
                     ReduceOp op) {
+  reduce_scatter_on(comm, send, recv, recv_count, dtype, op, nullptr);
+}
+
+void reduce_scatter_on(detail::CommImpl& comm, const void* send, void* recv, std::size_t recv_count, DataType dtype,
+                       ReduceOp op, void* stream) {
   check_reduce_scatter(comm, send, recv, recv_count, dtype, op);
-  run_or_record(comm, [&comm, send, recv, recv_count, dtype, op] {
-    run_reduce_scatter(comm, send, recv, recv_count, dtype, op);
+  run_or_record(comm, [&comm, send, recv, recv_count, dtype, op, stream] {
+    dispatch_reduce_scatter(comm, send, recv, recv_count, dtype, op, stream);
   });
 }
 
 void allgather(detail::CommImpl& comm, const void* send, void* recv, std::size_t send_count, DataType dtype) {
+  allgather_on(comm, send, recv, send_count, dtype, nullptr);
+}
+
+void allgather_on(detail::CommImpl& comm, const void* send, void* recv, std::size_t send_count, DataType dtype,
+                  void* stream) {
   check_allgather(comm, send, recv, send_count, dtype);
-  run_or_record(comm, [&comm, send, recv, send_count, dtype] { run_allgather(comm, send, recv, send_count, dtype); });
+  run_or_record(comm, [&comm, send, recv, send_count, dtype, stream] {
+    dispatch_allgather(comm, send, recv, send_count, dtype, stream);
+  });
 }
 
 void allgatherv(detail::CommImpl& comm, const void* send, void* recv, std::span<const std::size_t> counts,
@@ -369,20 +486,25 @@ void allgatherv(detail::CommImpl& comm, const void* send, void* recv, std::span<
   auto at = check_allgatherv(comm, send, recv, counts, displs, dtype);
   // The closure owns copies of the counts: a recorded call runs after the caller's spans may be gone.
   run_or_record(comm, [&comm, send, recv, c = std::vector<std::size_t>(counts.begin(), counts.end()),
-                       at = std::move(at), dtype] { run_allgatherv(comm, send, recv, c, at, dtype); });
+                       at = std::move(at), dtype] { dispatch_allgatherv(comm, send, recv, c, at, dtype); });
 }
 
 void reduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
             int root) {
+  reduce_on(comm, send, recv, count, dtype, op, root, nullptr);
+}
+
+void reduce_on(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+               int root, void* stream) {
   check_reduce(comm, send, recv, count, dtype, op, root);
-  run_or_record(comm, [&comm, send, recv, count, dtype, op, root] {
-    run_reduce(comm, send, recv, count, dtype, op, root);
+  run_or_record(comm, [&comm, send, recv, count, dtype, op, root, stream] {
+    dispatch_reduce(comm, send, recv, count, dtype, op, root, stream);
   });
 }
 
 void alltoall(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype) {
   check_alltoall(comm, send, recv, count, dtype);
-  run_or_record(comm, [&comm, send, recv, count, dtype] { run_alltoall(comm, send, recv, count, dtype); });
+  run_or_record(comm, [&comm, send, recv, count, dtype] { dispatch_alltoall(comm, send, recv, count, dtype); });
 }
 
 void send(detail::CommImpl& comm, const void* buf, std::size_t count, DataType dtype, int peer) {
@@ -415,14 +537,14 @@ void group_end(detail::CommImpl& comm) { suite(comm).group_end(); }
 RequestPtr iallreduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype,
                       ReduceOp op) {
   check_allreduce(send, recv, count, dtype, op);
-  return enqueue(comm, [&comm, send, recv, count, dtype, op] { run_allreduce(comm, send, recv, count, dtype, op); },
+  return enqueue(comm, [&comm, send, recv, count, dtype, op] { dispatch_allreduce(comm, send, recv, count, dtype, op, nullptr); },
                  "iallreduce");
 }
 
 RequestPtr ibroadcast(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype,
                       int root) {
   check_broadcast(comm, send, recv, count, dtype, root);
-  return enqueue(comm, [&comm, send, recv, count, dtype, root] { run_broadcast(comm, send, recv, count, dtype, root); },
+  return enqueue(comm, [&comm, send, recv, count, dtype, root] { dispatch_broadcast(comm, send, recv, count, dtype, root, nullptr); },
                  "ibroadcast");
 }
 
@@ -434,13 +556,13 @@ RequestPtr ireduce_scatter(detail::CommImpl& comm, const void* send, void* recv,
                            DataType dtype, ReduceOp op) {
   check_reduce_scatter(comm, send, recv, recv_count, dtype, op);
   return enqueue(comm, [&comm, send, recv, recv_count, dtype, op] {
-    run_reduce_scatter(comm, send, recv, recv_count, dtype, op);
+    dispatch_reduce_scatter(comm, send, recv, recv_count, dtype, op, nullptr);
   }, "ireduce_scatter");
 }
 
 RequestPtr iallgather(detail::CommImpl& comm, const void* send, void* recv, std::size_t send_count, DataType dtype) {
   check_allgather(comm, send, recv, send_count, dtype);
-  return enqueue(comm, [&comm, send, recv, send_count, dtype] { run_allgather(comm, send, recv, send_count, dtype); },
+  return enqueue(comm, [&comm, send, recv, send_count, dtype] { dispatch_allgather(comm, send, recv, send_count, dtype, nullptr); },
                  "iallgather");
 }
 
@@ -448,7 +570,7 @@ RequestPtr iallgatherv(detail::CommImpl& comm, const void* send, void* recv, std
                        std::span<const std::size_t> displs, DataType dtype) {
   auto at = check_allgatherv(comm, send, recv, counts, displs, dtype);
   return enqueue(comm, [&comm, send, recv, c = std::vector<std::size_t>(counts.begin(), counts.end()),
-                        at = std::move(at), dtype] { run_allgatherv(comm, send, recv, c, at, dtype); },
+                        at = std::move(at), dtype] { dispatch_allgatherv(comm, send, recv, c, at, dtype); },
                  "iallgatherv");
 }
 
@@ -456,13 +578,13 @@ RequestPtr ireduce(detail::CommImpl& comm, const void* send, void* recv, std::si
                    ReduceOp op, int root) {
   check_reduce(comm, send, recv, count, dtype, op, root);
   return enqueue(comm, [&comm, send, recv, count, dtype, op, root] {
-    run_reduce(comm, send, recv, count, dtype, op, root);
+    dispatch_reduce(comm, send, recv, count, dtype, op, root, nullptr);
   }, "ireduce");
 }
 
 RequestPtr ialltoall(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype) {
   check_alltoall(comm, send, recv, count, dtype);
-  return enqueue(comm, [&comm, send, recv, count, dtype] { run_alltoall(comm, send, recv, count, dtype); },
+  return enqueue(comm, [&comm, send, recv, count, dtype] { dispatch_alltoall(comm, send, recv, count, dtype); },
                  "ialltoall");
 }
 

@@ -1,0 +1,392 @@
+// Collectives on device buffers: the staged and IPC paths
+// (collectives/device_collectives.hpp, docs/gpu.md). Compiled in every build;
+// all device work goes through cuda::DeviceBackend.
+#include "collectives/device_collectives.hpp"
+
+#include "collectives/algorithms.hpp"
+#include "collectives/call.hpp"
+#include "collectives/collectives.hpp"
+#include "collectives/device_plan.hpp"
+#include "collectives/suite.hpp"
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+#include "cuda/nvtx.hpp"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <optional>
+#include <type_traits>
+#include <vector>
+
+namespace antdt::coll::device {
+namespace {
+
+std::atomic<cuda::DeviceBackend*> backend_override{nullptr};
+thread_local LastPath last_path = LastPath::none;
+
+// The signature `layout` field of the IPC path's own messages: a rank that
+// runs a host or staged AllReduce while its peers run the IPC protocol (say,
+// ANTDT_GPU_PATH differs between ranks) fails with MismatchError.
+constexpr std::uint64_t kIpcExchangeLayout = 0x4950430000000001ULL;
+constexpr std::uint64_t kIpcReducedLayout = 0x4950430000000002ULL;
+constexpr std::uint64_t kIpcDoneLayout = 0x4950430000000003ULL;
+
+const std::byte* as_bytes(const void* p) { return static_cast<const std::byte*>(p); }
+std::byte* as_bytes(void* p) { return static_cast<std::byte*>(p); }
+
+bool on_device(const void* p) { return p != nullptr && backend().is_device(p); }
+
+// The buffer whose device the call's work runs on.
+const void* device_buffer(const void* a, const void* b) { return on_device(a) ? a : b; }
+
+Clock::time_point deadline_of(const detail::CommImpl& comm) { return Clock::now() + comm.config().timeout; }
+
+void wait_device(cuda::DeviceWork& work, const detail::CommImpl& comm, const char* what, const char* stage) {
+  if (!work.wait(comm.config().timeout))
+    raise<TimeoutError>(what, ": ", stage, " did not finish on the device within ANTDT_TIMEOUT_MS (",
+                        comm.config().timeout.count(), " ms)");
+}
+
+// Ends a call: the caller's stream waits for the work; when the result is in
+// host memory the host waits too, since the caller may read it at once.
+void finish(cuda::DeviceWork& work, const detail::CommImpl& comm, const void* result, const char* what) {
+  work.complete();
+  if (result != nullptr && !on_device(result)) wait_device(work, comm, what, "copying the result to host memory");
+}
+
+// ---------------------------------------------------------------------------
+// Whole-buffer staging: device buffers get a host copy (kept per thread and
+// reused: ranks as threads each have their own), host buffers are used as
+// they are.
+// ---------------------------------------------------------------------------
+class WholeStaging {
+ public:
+  WholeStaging(cuda::DeviceWork& work, const detail::CommImpl& comm, const char* what)
+      : work_(work), deadline_(deadline_of(comm)), what_(what) {}
+
+  // A host view of [p, p + bytes): p itself for host memory, else host copy
+  // `slot`, downloaded from the device when `read`.
+  std::byte* host_view(std::size_t slot, const void* p, std::size_t bytes, bool read) {
+    if (!on_device(p)) return const_cast<std::byte*>(as_bytes(p));
+    std::vector<std::byte>& copy = copies()[slot];
+    if (copy.size() < bytes) copy.resize(bytes);
+    const std::span<std::byte> host(copy.data(), bytes);
+    if (read && bytes > 0) download_all(work_.staging(const_cast<void*>(p), bytes), host, deadline_, what_);
+    return copy.data();
+  }
+  // Uploads host copy `slot` into device buffer p (no-op for host memory).
+  void publish(std::size_t slot, void* p, std::size_t bytes) {
+    if (!on_device(p) || bytes == 0) return;
+    upload_all(work_.staging(p, bytes), std::span<const std::byte>(copies()[slot].data(), bytes), deadline_, what_);
+  }
+
+ private:
+  static std::array<std::vector<std::byte>, 2>& copies() {
+    thread_local std::array<std::vector<std::byte>, 2> buffers;
+    return buffers;
+  }
+
+  cuda::DeviceWork& work_;
+  Clock::time_point deadline_;
+  const char* what_;
+};
+
+// Runs `host(host_send, host_recv)` on host views of send and recv, then
+// uploads recv. In place (send == recv) shares one host copy.
+template <class Host>
+void run_whole_staged(cuda::DeviceWork& work, const detail::CommImpl& comm, const char* what, const void* send,
+                      std::size_t send_bytes, void* recv, std::size_t recv_bytes, bool recv_is_read, Host&& host) {
+  cuda::NvtxRange range("antdt staged (whole buffer)");
+  WholeStaging staging(work, comm, what);
+  std::byte* host_send = staging.host_view(0, send, send_bytes, true);
+  const bool in_place = send == recv;
+  std::byte* host_recv = in_place ? host_send : staging.host_view(1, recv, recv_bytes, recv_is_read);
+  host(host_send, host_recv);
+  staging.publish(in_place ? 0 : 1, recv, recv_bytes);
+}
+
+// ---------------------------------------------------------------------------
+// Segmented staging (elementwise collectives): one host collective per segment.
+// ---------------------------------------------------------------------------
+template <class Host>
+class Segments final : public SegmentWork {
+ public:
+  Segments(std::size_t esize, Host host) : esize_(esize), host_(std::move(host)) {}
+  void run(std::size_t, std::size_t, std::span<std::byte> host) override {
+    cuda::NvtxRange range("antdt staged segment");
+    host_(host.data(), host.size() / esize_);
+  }
+
+ private:
+  std::size_t esize_;
+  Host host_;
+};
+
+// Pipelines `host(segment bytes, element count)` over the device range
+// [range, range + bytes) through the work's staging slots.
+template <class Host>
+void run_segmented(cuda::DeviceWork& work, const detail::CommImpl& comm, const char* what, void* range,
+                   std::size_t bytes, DataType dtype, bool download, bool upload, Host&& host) {
+  cuda::CopyEngine& engine = work.staging(range, bytes);
+  const std::size_t esize = dtype_size(dtype);
+  Segments<std::decay_t<Host>> segments(esize, std::forward<Host>(host));
+  run_segments(engine, bytes, segment_bytes(engine.slot_bytes(), esize), download, upload, segments,
+               deadline_of(comm), what);
+}
+
+// ---------------------------------------------------------------------------
+// IPC AllReduce
+// ---------------------------------------------------------------------------
+// Runs the AllReduce through CUDA IPC when every rank can (true), or returns
+// false, on every rank alike, when the call should be staged instead.
+bool ipc_allreduce(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv, std::size_t count,
+                   DataType dtype, ReduceOp op) {
+  const Config& cfg = comm.config();
+  const int n = comm.size(), me = comm.rank();
+  if (!exchanges_records(cfg.gpu_path, n)) return false;
+  const std::size_t esize = dtype_size(dtype), bytes = count * esize;
+
+  // 1. Inputs ready: peers read this rank's send buffer as soon as they have
+  //    its record, so the caller's stream work that writes it must be done.
+  wait_device(work, comm, "allreduce (ipc)", "the caller's stream work before the IPC exchange");
+  PeerRecord mine;
+  mine.node = node_identity();
+  if (!on_device(send) || !on_device(recv)) {
+    mine.reason = "a buffer is host memory";
+  } else {
+    std::optional<cuda::IpcHandle> send_handle = work.ipc_export(send, bytes, &mine.reason);
+    std::optional<cuda::IpcHandle> recv_handle =
+        send == recv ? send_handle : (send_handle ? work.ipc_export(recv, bytes, &mine.reason) : std::nullopt);
+    if (send_handle && recv_handle) {
+      mine.exportable = true;
+      mine.send = *send_handle;
+      mine.recv = *recv_handle;
+    }
+  }
+
+  // 2. Exchange the records (an allgather on the transport).
+  std::vector<PeerRecord> records(static_cast<std::size_t>(n));
+  {
+    cuda::NvtxRange range("antdt ipc exchange");
+    constexpr std::size_t kRecord = PeerRecord::kWireBytes;
+    std::vector<std::byte> all(kRecord * static_cast<std::size_t>(n));
+    std::vector<std::size_t> counts(static_cast<std::size_t>(n), kRecord), displs(static_cast<std::size_t>(n));
+    for (std::size_t r = 0; r < displs.size(); ++r) displs[r] = r * kRecord;
+    const PeerRecord::Wire wire = mine.serialize();
+    Call call(comm, Signature{Kind::allreduce, count, dtype, op, -1, Algo::none, kIpcExchangeLayout});
+    allgather_ring(call, wire.data(), all.data(), counts, displs, 1);
+    for (std::size_t r = 0; r < records.size(); ++r)
+      records[r] = PeerRecord::deserialize(std::span<const std::byte>(all).subspan(r * kRecord, kRecord));
+  }
+  if (resolve_path(cfg.gpu_path, records) == Path::staged) return false;
+
+  // 3. Each rank reduces its slice from every rank's send buffer into its own
+  //    recv buffer, starting from its own contribution, then the others in
+  //    rank order. In place this is safe: rank r writes only slice r of its
+  //    own buffer, which no other rank reads in this phase.
+  std::vector<const std::byte*> sends(static_cast<std::size_t>(n));
+  std::vector<const std::byte*> recvs(static_cast<std::size_t>(n));
+  for (int q = 0; q < n; ++q) {
+    const auto i = static_cast<std::size_t>(q);
+    sends[i] = q == me ? as_bytes(send) : work.ipc_map(records[i].send);
+    recvs[i] = q == me ? as_bytes(recv) : work.ipc_map(records[i].recv);
+  }
+  {
+    cuda::NvtxRange range("antdt ipc reduce");
+    const Slice own = ipc_slice(count, n, me);
+    if (own.count > 0) {
+      const std::size_t at = own.first * esize;
+      std::byte* out = as_bytes(recv) + at;
+      bool first = true;
+      for (int q = 0; q < n; ++q) {
+        if (q == me) continue;
+        work.reduce_into(dtype, op, out, first ? sends[static_cast<std::size_t>(me)] + at : out,
+                         sends[static_cast<std::size_t>(q)] + at, own.count);
+        first = false;
+      }
+      if (op == ReduceOp::avg) work.finish_avg(dtype, out, own.count, static_cast<std::size_t>(n));
+    }
+    wait_device(work, comm, "allreduce (ipc)", "the reduction of this rank's slice");
+    Call call(comm, Signature{Kind::allreduce, count, dtype, op, -1, Algo::dissemination, kIpcReducedLayout});
+    barrier_dissemination(call);
+  }
+
+  // 4. Gather the other slices from the peers' recv buffers. In place, slice
+  //    q of this buffer was read by rank q in step 3, which every rank has
+  //    finished (the barrier above).
+  {
+    cuda::NvtxRange range("antdt ipc gather");
+    for (int q = 0; q < n; ++q) {
+      if (q == me) continue;
+      const Slice theirs = ipc_slice(count, n, q);
+      if (theirs.count == 0) continue;
+      const std::size_t at = theirs.first * esize;
+      work.copy(as_bytes(recv) + at, recvs[static_cast<std::size_t>(q)] + at, theirs.count * esize);
+    }
+    // 5. Peers read this rank's slice until they pass this barrier: only then
+    //    may the caller overwrite the buffers.
+    wait_device(work, comm, "allreduce (ipc)", "gathering the peers' slices");
+    Call call(comm, Signature{Kind::allreduce, count, dtype, op, -1, Algo::dissemination, kIpcDoneLayout});
+    barrier_dissemination(call);
+  }
+  return true;
+}
+
+void staged_allreduce(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv,
+                      std::size_t count, DataType dtype, ReduceOp op) {
+  const std::size_t bytes = count * dtype_size(dtype);
+  const auto host_allreduce = [&comm, dtype, op](std::byte* data, std::size_t elements) {
+    run_allreduce(comm, data, data, elements, dtype, op);
+  };
+  if (on_device(recv)) {
+    if (send != recv) work.copy(recv, send, bytes);
+    run_segmented(work, comm, "allreduce (staged)", recv, bytes, dtype, true, true, host_allreduce);
+  } else {
+    run_whole_staged(work, comm, "allreduce (staged)", send, bytes, recv, bytes, false,
+                     [&](std::byte* s, std::byte* r) { run_allreduce(comm, s, r, count, dtype, op); });
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Backend selection and dispatch helpers
+// ---------------------------------------------------------------------------
+cuda::DeviceBackend& backend() {
+  cuda::DeviceBackend* fake = backend_override.load(std::memory_order_acquire);
+  return fake != nullptr ? *fake : cuda::cuda_backend();
+}
+
+ScopedBackend::ScopedBackend(cuda::DeviceBackend& fake) noexcept
+    : previous_(backend_override.exchange(&fake, std::memory_order_acq_rel)) {}
+ScopedBackend::~ScopedBackend() { backend_override.store(previous_, std::memory_order_release); }
+
+bool is_device_call(const void* a, const void* b) { return on_device(a) || on_device(b); }
+
+void synchronize_host_call(const detail::CommImpl& comm, void* stream, const char* what) {
+  if (stream == nullptr) return;
+  if (!backend().synchronize(stream, comm.config().timeout))
+    raise<TimeoutError>(what, ": the work on the caller's stream did not finish within ANTDT_TIMEOUT_MS (",
+                        comm.config().timeout.count(), " ms)");
+}
+
+LastPath last_allreduce_path() noexcept { return last_path; }
+
+// ---------------------------------------------------------------------------
+// Device paths
+// ---------------------------------------------------------------------------
+void allreduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+               void* stream) {
+  cuda::NvtxRange range("antdt allreduce (device)");
+  std::unique_ptr<cuda::DeviceWork> work = backend().begin(device_buffer(send, recv), stream);
+  if (comm.size() == 1) {
+    if (send != recv) work->copy(recv, send, count * dtype_size(dtype));
+    last_path = LastPath::staged;
+  } else if (ipc_allreduce(comm, *work, send, recv, count, dtype, op)) {
+    last_path = LastPath::ipc;
+  } else {
+    staged_allreduce(comm, *work, send, recv, count, dtype, op);
+    last_path = LastPath::staged;
+  }
+  finish(*work, comm, recv, "allreduce");
+}
+
+void broadcast(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype, int root,
+               void* stream) {
+  cuda::NvtxRange range("antdt broadcast (device)");
+  const bool is_root = comm.rank() == root;
+  const std::size_t bytes = count * dtype_size(dtype);
+  std::unique_ptr<cuda::DeviceWork> work = backend().begin(device_buffer(is_root ? send : nullptr, recv), stream);
+  const auto host = [&comm, dtype, root](std::byte* data, std::size_t elements) {
+    host_broadcast(comm, data, data, elements, dtype, root);
+  };
+  if (on_device(recv)) {
+    // The root's data is in recv before the pipeline starts; only the root
+    // downloads, only the others upload.
+    if (is_root && send != recv) work->copy(recv, send, bytes);
+    run_segmented(*work, comm, "broadcast (staged)", recv, bytes, dtype, is_root, !is_root, host);
+  } else {
+    run_whole_staged(*work, comm, "broadcast (staged)", send, bytes, recv, bytes, false,
+                     [&](std::byte* s, std::byte* r) { host_broadcast(comm, s, r, count, dtype, root); });
+  }
+  finish(*work, comm, recv, "broadcast");
+}
+
+void reduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+            int root, void* stream) {
+  cuda::NvtxRange range("antdt reduce (device)");
+  const bool is_root = comm.rank() == root;
+  const std::size_t bytes = count * dtype_size(dtype);
+  std::unique_ptr<cuda::DeviceWork> work = backend().begin(device_buffer(send, is_root ? recv : nullptr), stream);
+  const auto host = [&comm, dtype, op, root](std::byte* data, std::size_t elements) {
+    host_reduce(comm, data, data, elements, dtype, op, root);
+  };
+  if (is_root && on_device(recv)) {
+    if (send != recv) work->copy(recv, send, bytes);
+    run_segmented(*work, comm, "reduce (staged)", recv, bytes, dtype, true, true, host);
+  } else if (!is_root && on_device(send)) {
+    // Only read: the engine downloads from send and never uploads into it.
+    run_segmented(*work, comm, "reduce (staged)", const_cast<void*>(send), bytes, dtype, true, false, host);
+  } else {
+    run_whole_staged(*work, comm, "reduce (staged)", send, bytes, is_root ? recv : nullptr, is_root ? bytes : 0,
+                     false, [&](std::byte* s, std::byte* r) { host_reduce(comm, s, r, count, dtype, op, root); });
+  }
+  finish(*work, comm, is_root ? recv : nullptr, "reduce");
+}
+
+void reduce_scatter(detail::CommImpl& comm, const void* send, void* recv, std::size_t recv_count, DataType dtype,
+                    ReduceOp op, void* stream) {
+  cuda::NvtxRange range("antdt reduce_scatter (device)");
+  const std::size_t block = recv_count * dtype_size(dtype);
+  std::unique_ptr<cuda::DeviceWork> work = backend().begin(device_buffer(send, recv), stream);
+  run_whole_staged(*work, comm, "reduce_scatter (staged)", send, block * static_cast<std::size_t>(comm.size()), recv,
+                   block, false,
+                   [&](std::byte* s, std::byte* r) { host_reduce_scatter(comm, s, r, recv_count, dtype, op); });
+  finish(*work, comm, recv, "reduce_scatter");
+}
+
+void allgatherv(detail::CommImpl& comm, const void* send, void* recv, std::span<const std::size_t> counts,
+                std::span<const std::size_t> displs, DataType dtype, void* stream) {
+  cuda::NvtxRange range("antdt allgather (device)");
+  const std::size_t esize = dtype_size(dtype);
+  // The recv extent; blocks that do not tile it leave gaps, which must keep
+  // their contents, so then recv is downloaded first.
+  std::size_t extent = 0, total = 0;
+  for (std::size_t b = 0; b < counts.size(); ++b) {
+    const std::size_t at = displs.empty() ? total : displs[b];
+    extent = std::max(extent, at + counts[b]);
+    total += counts[b];
+  }
+  const std::size_t mine = counts[static_cast<std::size_t>(comm.rank())];
+  std::unique_ptr<cuda::DeviceWork> work = backend().begin(device_buffer(send, recv), stream);
+  run_whole_staged(*work, comm, "allgather (staged)", send, mine * esize, recv, extent * esize, extent != total,
+                   [&](std::byte* s, std::byte* r) { host_allgatherv(comm, s, r, counts, displs, dtype); });
+  finish(*work, comm, recv, "allgather");
+}
+
+void alltoall(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype, void* stream) {
+  cuda::NvtxRange range("antdt alltoall (device)");
+  const std::size_t total = count * dtype_size(dtype) * static_cast<std::size_t>(comm.size());
+  std::unique_ptr<cuda::DeviceWork> work = backend().begin(device_buffer(send, recv), stream);
+  run_whole_staged(*work, comm, "alltoall (staged)", send, total, recv, total, false,
+                   [&](std::byte* s, std::byte* r) { host_alltoall(comm, s, r, count, dtype); });
+  finish(*work, comm, recv, "alltoall");
+}
+
+PartialResult partial_allreduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count,
+                                DataType dtype, ReduceOp op, const PartialOptions& opts) {
+  cuda::NvtxRange range("antdt partial_allreduce (device)");
+  const std::size_t bytes = count * dtype_size(dtype);
+  std::unique_ptr<cuda::DeviceWork> work = backend().begin(device_buffer(send, recv), nullptr);
+  PartialResult result;
+  // recv is downloaded too: a result may leave parts of it as they were.
+  run_whole_staged(*work, comm, "partial_allreduce (staged)", send, send != nullptr ? bytes : 0, recv, bytes, true,
+                   [&](std::byte* s, std::byte* r) {
+                     result = coll::partial_allreduce(comm, send != nullptr ? s : nullptr, r, count, dtype, op, opts);
+                   });
+  finish(*work, comm, recv, "partial_allreduce");
+  return result;
+}
+
+}  // namespace antdt::coll::device

@@ -1,0 +1,103 @@
+// Collectives on device buffers (docs/gpu.md#device-buffers-in-the-collectives).
+//
+// The collective entry points (collectives.cpp) check arguments as for host
+// buffers, then hand a call with a device buffer to the functions here, which
+// run it through one of two paths:
+//  - staged: device data moves through pinned host slots and the host
+//    algorithms run on them (elementwise collectives pipelined segment by
+//    segment; the others staged whole), so it works over every transport;
+//  - ipc (AllReduce, ranks on one node): ranks map each other's buffers with
+//    CUDA IPC and reduce on the device, each rank one slice.
+// Both are ordered after the caller's stream and make it wait for the result
+// (device-side events); the host waits they need are bounded by ANTDT_TIMEOUT_MS.
+//
+// Everything goes through cuda::DeviceBackend, so the same code runs on a fake
+// device in the unit tests.
+#pragma once
+
+#include <antdt/comm.hpp>
+
+#include "core/communicator.hpp"
+#include "cuda/device_work.hpp"
+
+#include <cstddef>
+#include <span>
+
+namespace antdt::coll {
+
+// Stream-taking entry points (the public API's overloads), defined in
+// collectives.cpp next to the stream-less ones, which pass a null stream (the
+// legacy default stream). With host buffers the stream's pending work is
+// waited for first (it may still be writing them).
+void allreduce_on(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype,
+                  ReduceOp op, void* stream);
+void broadcast_on(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype, int root,
+                  void* stream);
+void reduce_on(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+               int root, void* stream);
+void reduce_scatter_on(detail::CommImpl& comm, const void* send, void* recv, std::size_t recv_count, DataType dtype,
+                       ReduceOp op, void* stream);
+void allgather_on(detail::CommImpl& comm, const void* send, void* recv, std::size_t send_count, DataType dtype,
+                  void* stream);
+
+// The host algorithms alone (no argument checks, groups, queue or device
+// dispatch), for the staged path to run on host bytes; in collectives.cpp.
+// AllReduce's is run_allreduce (collectives/suite.hpp).
+void host_broadcast(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype,
+                    int root);
+void host_reduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+                 int root);
+void host_reduce_scatter(detail::CommImpl& comm, const void* send, void* recv, std::size_t recv_count,
+                         DataType dtype, ReduceOp op);
+void host_allgatherv(detail::CommImpl& comm, const void* send, void* recv, std::span<const std::size_t> counts,
+                     std::span<const std::size_t> displs, DataType dtype);
+void host_alltoall(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype);
+
+}  // namespace antdt::coll
+
+namespace antdt::coll::device {
+
+// The backend in use: the CUDA one, or a test's (ScopedBackend).
+cuda::DeviceBackend& backend();
+
+// Tests: routes device detection and device work to `fake` for its lifetime.
+class ScopedBackend {
+ public:
+  explicit ScopedBackend(cuda::DeviceBackend& fake) noexcept;
+  ~ScopedBackend();
+  ScopedBackend(const ScopedBackend&) = delete;
+  ScopedBackend& operator=(const ScopedBackend&) = delete;
+
+ private:
+  cuda::DeviceBackend* previous_;
+};
+
+// True when either buffer is device memory: the call takes a device path.
+bool is_device_call(const void* a, const void* b);
+
+// Host buffers passed with a stream: waits (bounded) for the stream's work.
+void synchronize_host_call(const detail::CommImpl& comm, void* stream, const char* what);
+
+// The device paths (arguments already checked). `stream` is a cudaStream_t
+// (nullptr: the legacy default stream).
+void allreduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+               void* stream);
+void broadcast(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype, int root,
+               void* stream);
+void reduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+            int root, void* stream);
+void reduce_scatter(detail::CommImpl& comm, const void* send, void* recv, std::size_t recv_count, DataType dtype,
+                    ReduceOp op, void* stream);
+void allgatherv(detail::CommImpl& comm, const void* send, void* recv, std::span<const std::size_t> counts,
+                std::span<const std::size_t> displs, DataType dtype, void* stream);
+void alltoall(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype, void* stream);
+// Partial AllReduce on device buffers: staged whole around the host protocol
+// (collectives/partial_allreduce.cpp), on the legacy default stream.
+PartialResult partial_allreduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count,
+                                DataType dtype, ReduceOp op, const PartialOptions& opts);
+
+// Which path the last device AllReduce on this thread took (tests).
+enum class LastPath { none, staged, ipc };
+LastPath last_allreduce_path() noexcept;
+
+}  // namespace antdt::coll::device
