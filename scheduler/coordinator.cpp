@@ -1,0 +1,562 @@
+#include "scheduler/coordinator.hpp"
+
+#include "core/config.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <openssl/rand.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <thread>
+#include <unistd.h>
+
+namespace antdt::coord {
+
+using Clock = std::chrono::steady_clock;
+
+// ---------------------------------------------------------------------------
+// Options
+// ---------------------------------------------------------------------------
+CoordinatorOptions CoordinatorOptions::from(const Config& cfg, int world_size, std::uint64_t dataset_size,
+                                            std::uint32_t epochs, std::uint64_t global_batch) {
+  CoordinatorOptions o;
+  o.world_size = world_size;
+  o.dataset_size = dataset_size;
+  o.dds = sched::dds_options_from(cfg, world_size, epochs);
+  o.global_batch = global_batch;
+  o.monitor = sched::MonitorConfig::from(cfg);
+  o.checkpoint_path = cfg.coordinator_checkpoint;
+  o.checkpoint_interval = cfg.coordinator_checkpoint_interval;
+  return o;
+}
+
+// ---------------------------------------------------------------------------
+// Coordinator
+// ---------------------------------------------------------------------------
+Coordinator::Coordinator(CoordinatorOptions options)
+    : options_(std::move(options)), last_checkpoint_(Clock::now()) {
+  ANTDT_CHECK_ARG(options_.world_size >= 1, "coordinator: world size must be >= 1, got ", options_.world_size);
+  options_.dds.world_size = options_.world_size;
+  if (options_.global_batch == 0) options_.global_batch = 32 * static_cast<std::uint64_t>(options_.world_size);
+  if (options_.dataset_size > 0) {
+    dds_ = std::make_unique<sched::Dds>(sched::Dataset::samples(options_.dataset_size), options_.dds);
+    if (!options_.checkpoint_path.empty() && std::filesystem::exists(options_.checkpoint_path)) {
+      dds_->restore(options_.checkpoint_path);
+      const auto p = dds_->progress();
+      ANTDT_INFO("coordinator: restored the data sharding state from ", options_.checkpoint_path, " (epoch ", p.epoch,
+                 ", ", p.total_committed, " samples committed)");
+    }
+  }
+  monitor_ = std::make_unique<sched::Monitor>(options_.world_size, options_.monitor);
+  if (options_.policy.empty()) {
+    controller_ = sched::Controller::from_config(*monitor_, config(), options_.world_size, options_.global_batch);
+  } else {
+    sched::ControllerOptions copts;
+    copts.world_size = options_.world_size;
+    copts.global_batch = options_.global_batch;
+    auto split = sched::ControllerOptions::split_config(copts, options_.policy_config);
+    controller_ = std::make_unique<sched::Controller>(*monitor_, make_policy(options_.policy, split.policy_config),
+                                                      split.options);
+  }
+  members_.resize(static_cast<std::size_t>(options_.world_size));
+}
+
+Coordinator::~Coordinator() {
+  try {
+    std::lock_guard lock(mu_);
+    checkpoint_locked(true);
+  } catch (const Error& e) {
+    ANTDT_WARN("coordinator: final checkpoint failed: ", e.what());
+  }
+}
+
+Coordinator::Member& Coordinator::member(int rank) {
+  ANTDT_CHECK_ARG(rank >= 0 && rank < options_.world_size, "coordinator: rank ", rank, " out of range [0, ",
+                  options_.world_size, ")");
+  return members_[static_cast<std::size_t>(rank)];
+}
+
+Welcome Coordinator::hello(int rank, std::uint32_t incarnation, std::uint64_t generation) {
+  std::lock_guard lock(mu_);
+  if (rank < 0 || rank >= options_.world_size)
+    return Welcome{false, cat("rank ", rank, " is out of range [0, ", options_.world_size, ")"), 0, 0};
+  Member& m = member(rank);
+  if (m.connected) return Welcome{false, cat("rank ", rank, " is already connected"), 0, 0};
+  if (m.ever_connected && incarnation < m.incarnation)
+    return Welcome{false, cat("rank ", rank, " incarnation ", incarnation, " is older than ", m.incarnation), 0, 0};
+  generation_ = std::max(generation_, generation);
+  std::uint64_t resume_step = 0;
+  const bool restarted = incarnation > 0 && (!m.ever_connected || incarnation > m.incarnation);
+  if (restarted) {
+    if (m.restart_ordered) {
+      m.restart_ordered = false;
+      controller_->rank_restarted(rank);
+      ++stats_.restarts_done;
+    } else if (m.ever_connected || highest_frozen_ > 0) {
+      // Nobody ordered it (the rank exited with the restart code on its own, or
+      // this coordinator was started after the order): the others must still
+      // rebuild their communicator to let it in, from the next unfrozen step.
+      m.unordered_restart = true;
+      rebuild_pending_ = true;
+      controller_->rank_restarted(rank);
+      ++stats_.restarts_done;
+      ANTDT_WARN("coordinator: rank ", rank, " came back as incarnation ", incarnation,
+                 " without a restart order; every rank rebuilds its communicator at step ", highest_frozen_ + 1);
+    }
+    auto start = generation_start_.find(generation_);
+    resume_step = m.unordered_restart || start == generation_start_.end() ? highest_frozen_ + 1 : start->second;
+    m.last_reported = resume_step > 0 ? resume_step - 1 : 0;
+  }
+  m.connected = true;
+  m.ever_connected = true;
+  m.exited = false;
+  m.incarnation = incarnation;
+  ++stats_.connected;
+  return Welcome{true, {}, m.unordered_restart ? generation_ + 1 : generation_, resume_step};
+}
+
+const Coordinator::Frozen& Coordinator::frozen_locked(std::uint64_t step) {
+  if (auto it = frozen_.find(step); it != frozen_.end()) return it->second;
+  if (step <= highest_frozen_)
+    raise<InvalidArgument>("coordinator: the plan of step ", step, " is no longer kept (steps up to ", highest_frozen_,
+                           " were planned; a rank fell too far behind)");
+  Frozen f;
+  f.stop = dds_ && dds_->progress().finished;
+  bool rebuild = false;
+  if (!f.stop) {
+    for (int r = 0; r < options_.world_size; ++r) {
+      Member& m = members_[static_cast<std::size_t>(r)];
+      if (!m.restart_at || *m.restart_at > step) continue;
+      m.restart_at.reset();
+      if (!m.connected) continue;  // gone already: nothing to order
+      f.restarts.emplace_back(r, m.incarnation);
+      m.restart_ordered = true;
+      ++stats_.restarts_ordered;
+    }
+    rebuild = !f.restarts.empty() || rebuild_pending_;
+  }
+  if (rebuild) {
+    ++generation_;
+    generation_start_[generation_] = step;
+    rebuild_pending_ = false;
+    for (auto& m : members_) m.unordered_restart = false;
+    ANTDT_INFO("coordinator: communicator generation ", generation_, " starts at step ", step, " (",
+               f.restarts.size(), " rank(s) restart)");
+  }
+  f.generation = generation_;
+  highest_frozen_ = step;
+  // Ranks never ask for steps older than their last one; keep a margin for the slowest.
+  std::uint64_t oldest = step;
+  for (const auto& m : members_)
+    if (m.connected) oldest = std::min(oldest, m.last_reported);
+  frozen_.erase(frozen_.begin(), frozen_.lower_bound(oldest));
+  return frozen_.emplace(step, std::move(f)).first->second;
+}
+
+Plan Coordinator::plan(int rank, std::uint64_t step) {
+  std::lock_guard lock(mu_);
+  Member& m = member(rank);
+  ANTDT_CHECK_ARG(step >= 1, "coordinator: steps start at 1");
+  const Frozen& f = frozen_locked(step);
+  Plan out;
+  out.step = step;
+  out.plan = controller_->plan_for(rank, step);
+  if (out.plan.resplit && dds_) {
+    const auto moved = dds_->resplit(rank);
+    ANTDT_INFO("coordinator: re-split rank ", rank, "'s shard at step ", step, ": ", moved, " samples for faster ranks");
+  }
+  // The coordinator's own record decides restarts, so that every rank sees the
+  // same restart set (and the same generation) for this step.
+  out.plan.restart = std::find(f.restarts.begin(), f.restarts.end(), std::pair{rank, m.incarnation}) != f.restarts.end();
+  out.stop = f.stop;
+  out.generation = f.generation;
+  return out;
+}
+
+void Coordinator::report(int rank, const Report& r) {
+  std::lock_guard lock(mu_);
+  Member& m = member(rank);
+  if (r.fate == Fate::dropped) ++stats_.dropped_reports;
+  if (r.step >= next_close_) {
+    sched::StepRecord rec;
+    rec.rank = rank;
+    rec.step = r.step;
+    rec.compute_s = r.compute_s;
+    rec.wait_s = r.wait_s;
+    rec.transfer_s = r.transfer_s;
+    rec.step_s = r.compute_s + r.wait_s + r.transfer_s;
+    rec.samples = r.samples;
+    records_[r.step].push_back(rec);
+  }
+  m.last_reported = std::max(m.last_reported, r.step);
+  close_steps_locked();
+  checkpoint_locked(false);
+}
+
+// A step closes when every connected rank reported it (or a later one).
+void Coordinator::close_steps_locked() {
+  for (;;) {
+    bool any = false;
+    for (const auto& m : members_) {
+      if (!m.connected) continue;
+      any = true;
+      if (m.last_reported < next_close_) return;
+    }
+    if (!any) return;
+    std::vector<sched::StepRecord> records;
+    if (auto it = records_.find(next_close_); it != records_.end()) {
+      records = std::move(it->second);
+      records_.erase(it);
+    }
+    auto decision = controller_->on_step(next_close_, records);
+    if (decision) {
+      for (int r = 0; r < options_.world_size; ++r)
+        if (decision->plans[static_cast<std::size_t>(r)].restart)
+          schedule_restart_locked(r, decision->effective_step, "ordered by the policy");
+      if (!decision->reason.empty()) ANTDT_INFO("coordinator: new plans from step ", decision->effective_step, ": ", decision->reason);
+    }
+    ++next_close_;
+    ++stats_.steps_closed;
+  }
+}
+
+void Coordinator::schedule_restart_locked(int rank, std::uint64_t step, const char* why) {
+  Member& m = member(rank);
+  if (m.restart_ordered || m.restart_at) return;  // one order at a time
+  if (options_.embedded && rank == 0) {
+    ANTDT_WARN("coordinator: rank 0 cannot be restarted (", why,
+               "): it hosts the embedded coordinator; run antdt-coordinator (ANTDT_COORDINATOR) for that");
+    controller_->rank_restarted(0);
+    return;
+  }
+  m.restart_at = std::max(step, highest_frozen_ + 1);
+  ANTDT_INFO("coordinator: rank ", rank, " restarts at step ", *m.restart_at, " (", why, ")");
+}
+
+BatchReply Coordinator::fetch(int rank, std::uint64_t max_samples) {
+  std::lock_guard lock(mu_);
+  member(rank);
+  if (!dds_) raise<InvalidArgument>("coordinator: fetch, but this job has no dataset (dataset size 0)");
+  sched::Batch b = dds_->fetch(rank, max_samples);
+  BatchReply out;
+  out.status = static_cast<std::uint8_t>(b.status);
+  out.lease = b.lease;
+  out.epoch = b.epoch;
+  out.samples = std::move(b.samples);
+  if (out.lease != 0) lease_owner_[out.lease] = rank;
+  return out;
+}
+
+bool Coordinator::commit(int rank, std::uint64_t lease) {
+  std::lock_guard lock(mu_);
+  member(rank);
+  auto it = lease_owner_.find(lease);
+  if (!dds_ || it == lease_owner_.end() || it->second != rank) return false;
+  lease_owner_.erase(it);
+  return dds_->commit(lease);
+}
+
+bool Coordinator::give_back(int rank, std::uint64_t lease) {
+  std::lock_guard lock(mu_);
+  member(rank);
+  auto it = lease_owner_.find(lease);
+  if (!dds_ || it == lease_owner_.end() || it->second != rank) return false;
+  lease_owner_.erase(it);
+  return dds_->give_back(lease);
+}
+
+void Coordinator::request_restart(int rank) {
+  std::lock_guard lock(mu_);
+  schedule_restart_locked(rank, highest_frozen_ + 1, "asked by the rank");
+}
+
+void Coordinator::offer_id(int rank, std::uint64_t generation, const UniqueId& id) {
+  std::lock_guard lock(mu_);
+  member(rank);
+  ANTDT_CHECK_ARG(rank == 0, "coordinator: only rank 0 offers a generation's id, not rank ", rank);
+  ANTDT_CHECK_ARG(generation == generation_, "coordinator: rank 0 offers an id for generation ", generation,
+                  ", the job is at generation ", generation_);
+  generation_ids_[generation] = id;
+  // Older generations are over: every rank asked for the new one's plan already.
+  generation_ids_.erase(generation_ids_.begin(), generation_ids_.find(generation));
+}
+
+GenerationId Coordinator::join(int rank, std::uint64_t generation) {
+  std::lock_guard lock(mu_);
+  member(rank);
+  GenerationId out;
+  out.generation = generation;
+  if (auto it = generation_ids_.find(generation); it != generation_ids_.end()) {
+    out.ready = true;
+    out.id = it->second;
+  }
+  return out;
+}
+
+void Coordinator::bye(int rank, bool restarting) {
+  std::lock_guard lock(mu_);
+  Member& m = member(rank);
+  if (!m.connected) return;
+  m.connected = false;
+  --stats_.connected;
+  if (!restarting) m.exited = true;
+  // Open leases of a rank that says bye go back (a polite exit mid-step).
+  std::vector<std::uint64_t> open;
+  for (const auto& [lease, owner] : lease_owner_)
+    if (owner == rank) open.push_back(lease);
+  for (auto lease : open) {
+    lease_owner_.erase(lease);
+    if (dds_) dds_->give_back(lease);
+  }
+  close_steps_locked();
+  if (all_exited_locked()) checkpoint_locked(true);
+}
+
+void Coordinator::lost(int rank) {
+  std::lock_guard lock(mu_);
+  Member& m = member(rank);
+  if (!m.connected) return;
+  m.connected = false;
+  --stats_.connected;
+  ++stats_.ranks_lost;
+  std::erase_if(lease_owner_, [&](const auto& entry) { return entry.second == rank; });
+  const std::uint64_t returned = dds_ ? dds_->rank_failed(rank) : 0;
+  ANTDT_WARN("coordinator: rank ", rank, " disconnected without bye; ", returned, " of its samples go back to the queue");
+  close_steps_locked();
+}
+
+void Coordinator::maybe_checkpoint(bool force) {
+  std::lock_guard lock(mu_);
+  checkpoint_locked(force);
+}
+
+void Coordinator::checkpoint_locked(bool force) {
+  if (!dds_ || options_.checkpoint_path.empty()) return;
+  const auto now = Clock::now();
+  const bool by_time = now - last_checkpoint_ >= options_.checkpoint_interval;
+  const bool by_steps = options_.checkpoint_steps > 0 &&
+                        stats_.steps_closed - closed_at_checkpoint_ >= options_.checkpoint_steps;
+  if (!force && !by_time && !by_steps) return;
+  dds_->checkpoint(options_.checkpoint_path);
+  last_checkpoint_ = now;
+  closed_at_checkpoint_ = stats_.steps_closed;
+  ++stats_.checkpoints;
+}
+
+bool Coordinator::all_exited_locked() const {
+  bool any = false;
+  for (const auto& m : members_) {
+    if (!m.ever_connected) continue;
+    any = true;
+    if (!m.exited) return false;
+  }
+  return any;
+}
+
+CoordinatorStats Coordinator::stats() const {
+  std::lock_guard lock(mu_);
+  CoordinatorStats s = stats_;
+  s.generation = generation_;
+  return s;
+}
+
+sched::DdsProgress Coordinator::progress() const {
+  std::lock_guard lock(mu_);
+  return dds_ ? dds_->progress() : sched::DdsProgress{};
+}
+
+bool Coordinator::all_exited() const {
+  std::lock_guard lock(mu_);
+  return all_exited_locked();
+}
+
+// ---------------------------------------------------------------------------
+// CoordinatorService
+// ---------------------------------------------------------------------------
+namespace {
+constexpr auto kHelloTimeout = std::chrono::seconds(5);
+}
+
+CoordinatorService::CoordinatorService(CoordinatorOptions options, const net::Endpoint& listen,
+                                       std::span<const std::byte> secret, std::chrono::milliseconds send_timeout)
+    : coordinator_(std::make_unique<Coordinator>(std::move(options))), secret_(secret.begin(), secret.end()),
+      send_timeout_(send_timeout) {
+  ANTDT_CHECK_ARG(!secret_.empty(), "coordinator: the job secret is empty");
+  listener_ = net::listen_on(listen.host, listen.port, &bound_);
+  wake_fd_ = net::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wake_fd_) raise<TransportError>("eventfd failed: ", std::strerror(errno));
+  thread_ = std::thread([this] { run(); });
+}
+
+CoordinatorService::~CoordinatorService() {
+  stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+void CoordinatorService::stop() noexcept {
+  stop_.store(true);
+  std::uint64_t one = 1;
+  [[maybe_unused]] auto n = ::write(wake_fd_.get(), &one, sizeof one);
+}
+
+bool CoordinatorService::wait_all_exited(Clock::time_point deadline) const {
+  while (!coordinator_->all_exited()) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+void CoordinatorService::run() {
+  std::vector<pollfd> fds;
+  while (!stop_.load()) {
+    fds.clear();
+    fds.push_back({wake_fd_.get(), POLLIN, 0});
+    fds.push_back({listener_.get(), POLLIN, 0});
+    for (const auto& c : connections_) fds.push_back({c->link.fd(), POLLIN, 0});
+    const int rc = ::poll(fds.data(), fds.size(), 1000);
+    if (rc < 0 && errno != EINTR) {
+      ANTDT_WARN("coordinator: poll failed: ", std::strerror(errno));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
+    }
+    if (stop_.load()) break;
+    if (rc > 0 && (fds[1].revents & POLLIN)) accept_one();
+    const auto now = Clock::now();
+    // Only the connections polled above (accept_one appends after them).
+    const std::size_t polled = fds.size() - 2;
+    for (std::size_t i = 0; i < polled; ++i) {
+      Connection& c = *connections_[i];
+      bool keep = true;
+      if (rc > 0 && (fds[i + 2].revents & (POLLIN | POLLHUP | POLLERR)))
+        keep = serve(c);
+      else if (c.rank < 0 && now >= c.hello_deadline) {
+        ANTDT_WARN("coordinator: a connection sent no hello within ", kHelloTimeout.count(), " s: closed");
+        keep = false;
+      }
+      if (!keep) c.link = control::Link();
+    }
+    std::erase_if(connections_, [](const auto& c) { return !c->link; });
+    try {
+      coordinator_->maybe_checkpoint();
+    } catch (const Error& e) {
+      ANTDT_WARN("coordinator: checkpoint failed: ", e.what());
+    }
+  }
+  // Ending the service ends every connection; ranks still connected see it as a lost coordinator.
+  connections_.clear();
+}
+
+void CoordinatorService::accept_one() {
+  std::string peer;
+  net::Fd fd = net::accept_until(listener_.get(), Clock::now(), &peer);
+  if (!fd) return;
+  auto c = std::make_unique<Connection>();
+  c->link = control::Link(std::move(fd));
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(c->challenge.nonce.data()),
+                 static_cast<int>(c->challenge.nonce.size())) != 1) {
+    ANTDT_WARN("coordinator: RAND_bytes failed; connection from ", peer, " closed");
+    return;
+  }
+  try {
+    c->link.send(encode(c->challenge), Clock::now() + send_timeout_);
+  } catch (const Error& e) {
+    ANTDT_WARN("coordinator: connection from ", peer, " lost before its challenge: ", e.what());
+    return;
+  }
+  c->hello_deadline = Clock::now() + kHelloTimeout;
+  connections_.push_back(std::move(c));
+}
+
+bool CoordinatorService::serve(Connection& c) {
+  std::optional<Bytes> frame;
+  try {
+    frame = c.link.receive(Clock::now());
+  } catch (const Error& e) {
+    if (c.rank >= 0 && !c.said_bye) coordinator_->lost(c.rank);
+    return false;
+  }
+  if (!frame) return true;
+  const auto deadline = Clock::now() + send_timeout_;
+  if (c.rank < 0) {
+    Welcome welcome;
+    try {
+      const Hello hello = decode_hello(*frame);
+      if (!verify(secret_, c.challenge, hello)) {
+        welcome.reason = cat("rank ", hello.rank, " could not prove the job secret (wrong ANTDT_SECRET)");
+      } else if (hello.world_size != static_cast<std::uint32_t>(coordinator_->options().world_size)) {
+        welcome.reason = cat("rank ", hello.rank, " believes the job has ", hello.world_size, " ranks, the coordinator has ",
+                             coordinator_->options().world_size);
+      } else {
+        welcome = coordinator_->hello(static_cast<int>(hello.rank), hello.incarnation, hello.generation);
+        if (welcome.accepted) c.rank = static_cast<int>(hello.rank);
+      }
+    } catch (const Error& e) {
+      welcome.reason = e.what();
+    }
+    if (!welcome.accepted) ANTDT_WARN("coordinator: refused a connection: ", welcome.reason);
+    try {
+      c.link.send(encode(welcome), deadline);
+    } catch (const Error&) {
+      if (c.rank >= 0) coordinator_->lost(c.rank);
+      return false;
+    }
+    return welcome.accepted;
+  }
+  Bytes reply;
+  bool keep = true;
+  try {
+    const Request request = decode_request(*frame);
+    reply = std::visit(
+        [&](const auto& m) -> Bytes {
+          using T = std::decay_t<decltype(m)>;
+          if constexpr (std::is_same_v<T, PlanRequest>) {
+            return encode(coordinator_->plan(c.rank, m.step));
+          } else if constexpr (std::is_same_v<T, Report>) {
+            coordinator_->report(c.rank, m);
+            return encode(Ack{});
+          } else if constexpr (std::is_same_v<T, Fetch>) {
+            return encode(coordinator_->fetch(c.rank, m.max_samples));
+          } else if constexpr (std::is_same_v<T, Commit>) {
+            return encode(Ack{coordinator_->commit(c.rank, m.lease)});
+          } else if constexpr (std::is_same_v<T, GiveBack>) {
+            return encode(Ack{coordinator_->give_back(c.rank, m.lease)});
+          } else if constexpr (std::is_same_v<T, RequestRestart>) {
+            coordinator_->request_restart(c.rank);
+            return encode(Ack{});
+          } else if constexpr (std::is_same_v<T, OfferId>) {
+            coordinator_->offer_id(c.rank, m.generation, m.id);
+            return encode(Ack{});
+          } else if constexpr (std::is_same_v<T, JoinGeneration>) {
+            return encode(coordinator_->join(c.rank, m.generation));
+          } else {
+            static_assert(std::is_same_v<T, Bye>);
+            coordinator_->bye(c.rank, m.restarting);
+            c.said_bye = true;
+            keep = false;
+            return encode(Ack{});
+          }
+        },
+        request);
+  } catch (const BootstrapError& e) {
+    // Garbage from an authenticated rank: its side is broken; treat it as lost.
+    ANTDT_WARN("coordinator: rank ", c.rank, " sent a malformed message (", e.what(), "): connection closed");
+    coordinator_->lost(c.rank);
+    return false;
+  } catch (const Error& e) {
+    reply = encode(ErrorReply{e.status(), e.what()});
+  }
+  try {
+    c.link.send(reply, deadline);
+  } catch (const Error&) {
+    if (!c.said_bye) coordinator_->lost(c.rank);
+    return false;
+  }
+  return keep;
+}
+
+}  // namespace antdt::coord

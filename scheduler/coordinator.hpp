@@ -1,0 +1,205 @@
+// The coordinator (DESIGN §9, docs/scheduler.md "Agent and coordinator"):
+// hosts the job's Dds, a Monitor and the Controller, and serves every rank's
+// Agent over an authenticated TCP protocol (scheduler/coordinator_wire.hpp).
+//
+// Coordinator is the logic alone, driven by one call per request (unit-tested
+// without sockets). CoordinatorService runs it on its own thread behind a
+// listener: embedded in rank 0 by default, or in tools/antdt-coordinator.
+//
+// Beyond the Controller's plans it owns three things every rank must agree on,
+// fixed for a step the first time any rank asks for that step's plan:
+//  - stop: the data is consumed (Dds finished), every rank leaves its loop;
+//  - restarts: ranks that exit with the restart code before the step;
+//  - generation: the communicator generation of the step. A step with restarts
+//    (or the first step after an unordered restart) starts a new generation:
+//    every rank re-creates its communicator with the UniqueId rank 0 of the new
+//    generation offers (offer_id), which the others fetch (join).
+#pragma once
+
+#include <antdt/scheduler.hpp>
+
+#include "core/control.hpp"
+#include "scheduler/controller.hpp"
+#include "scheduler/coordinator_wire.hpp"
+#include "scheduler/dds.hpp"
+#include "scheduler/monitor.hpp"
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace antdt {
+struct Config;
+}
+
+namespace antdt::coord {
+
+struct CoordinatorOptions {
+  int world_size = 1;
+  std::uint64_t dataset_size = 0;       // samples served by the Dds; 0: no data sharding (fetch is an error)
+  sched::DdsOptions dds;                // world_size is taken from world_size
+  std::uint64_t global_batch = 0;       // B for the Controller; 0: 32 per rank
+  // The policy by name and its JSON configuration; empty name: ANTDT_POLICY /
+  // ANTDT_POLICY_CONFIG (Controller::from_config).
+  std::string policy;
+  std::string policy_config = "{}";
+  sched::MonitorConfig monitor;
+  // Dds checkpoint (empty: none): written every checkpoint_interval and every
+  // checkpoint_steps closed steps (0: not by steps), and when the job ends;
+  // restored at start when the file exists.
+  std::string checkpoint_path;
+  std::chrono::milliseconds checkpoint_interval{10000};
+  std::uint64_t checkpoint_steps = 0;
+  // Runs inside rank 0's process: an order to restart rank 0 is not carried out
+  // (it would take the coordinator down with it), only logged.
+  bool embedded = false;
+
+  // From the process configuration: the Dds knobs (ANTDT_DDS_*), the Monitor's
+  // (ANTDT_MONITOR_*) and ANTDT_COORDINATOR_CHECKPOINT(_S).
+  static CoordinatorOptions from(const Config& cfg, int world_size, std::uint64_t dataset_size,
+                                 std::uint32_t epochs, std::uint64_t global_batch);
+};
+
+struct CoordinatorStats {
+  std::uint64_t generation = 0;
+  std::uint64_t steps_closed = 0;       // steps whose records went to the Controller
+  std::uint64_t restarts_ordered = 0;   // ranks told to restart
+  std::uint64_t restarts_done = 0;      // restarted ranks that came back
+  std::uint64_t ranks_lost = 0;         // disconnections without bye
+  std::uint64_t dropped_reports = 0;    // steps reported with Fate::dropped
+  std::uint64_t checkpoints = 0;
+  int connected = 0;
+};
+
+class Coordinator {
+ public:
+  // InvalidArgument naming the problem (world size, options); restores the Dds
+  // from options.checkpoint_path when that file exists.
+  explicit Coordinator(CoordinatorOptions options);
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+  ~Coordinator();
+
+  // A rank proved the secret. Refused (accepted = false, with the reason) when
+  // the rank is out of range or already connected.
+  Welcome hello(int rank, std::uint32_t incarnation, std::uint64_t generation);
+  Plan plan(int rank, std::uint64_t step);
+  void report(int rank, const Report& report);
+  BatchReply fetch(int rank, std::uint64_t max_samples);
+  // False when the lease is not open or not this rank's (already settled,
+  // revoked by a failure, or issued by an earlier coordinator process).
+  bool commit(int rank, std::uint64_t lease);
+  bool give_back(int rank, std::uint64_t lease);
+  // The rank asks to be restarted: it is ordered to at the next step no rank has asked a plan for.
+  void request_restart(int rank);
+  void offer_id(int rank, std::uint64_t generation, const UniqueId& id);
+  GenerationId join(int rank, std::uint64_t generation);
+  // restarting: the rank exits to be started again (its samples stay queued for it).
+  void bye(int rank, bool restarting);
+  // The rank's connection ended without bye: its leases and DOING shards go back (Dds::rank_failed).
+  void lost(int rank);
+  // Writes the checkpoint when one is due (or `force`); no-op without a checkpoint path.
+  void maybe_checkpoint(bool force = false);
+
+  CoordinatorStats stats() const;
+  sched::DdsProgress progress() const;  // zeros without a dataset
+  // True once every rank that connected said bye without restarting.
+  bool all_exited() const;
+  const CoordinatorOptions& options() const noexcept { return options_; }
+
+ private:
+  struct Member {
+    bool connected = false;
+    bool ever_connected = false;
+    bool exited = false;            // bye without restart
+    bool restart_ordered = false;   // in a frozen step's restarts, not back yet
+    bool unordered_restart = false; // came back with a new incarnation nobody ordered
+    std::uint32_t incarnation = 0;
+    std::uint64_t last_reported = 0;
+    std::optional<std::uint64_t> restart_at;  // ordered, for the first step >= this one not yet frozen
+  };
+  struct Frozen {
+    bool stop = false;
+    std::uint64_t generation = 0;
+    std::vector<std::pair<int, std::uint32_t>> restarts;  // rank, incarnation told to exit
+  };
+
+  Member& member(int rank);
+  const Frozen& frozen_locked(std::uint64_t step);
+  void close_steps_locked();
+  void schedule_restart_locked(int rank, std::uint64_t step, const char* why);
+  void checkpoint_locked(bool force);
+  bool all_exited_locked() const;
+
+  CoordinatorOptions options_;
+  mutable std::mutex mu_;
+  std::unique_ptr<sched::Dds> dds_;
+  std::unique_ptr<sched::Monitor> monitor_;
+  std::unique_ptr<sched::Controller> controller_;
+  std::vector<Member> members_;
+  std::map<std::uint64_t, Frozen> frozen_;
+  std::uint64_t highest_frozen_ = 0;
+  std::uint64_t generation_ = 0;
+  std::map<std::uint64_t, std::uint64_t> generation_start_;  // generation -> its first step
+  std::map<std::uint64_t, UniqueId> generation_ids_;          // offered by rank 0 of the generation
+  bool rebuild_pending_ = false;                              // an unordered restart needs a new generation
+  std::map<std::uint64_t, int> lease_owner_;                  // leases issued by this process
+  std::map<std::uint64_t, std::vector<sched::StepRecord>> records_;  // per step, until it closes
+  std::uint64_t next_close_ = 1;
+  std::chrono::steady_clock::time_point last_checkpoint_;
+  std::uint64_t closed_at_checkpoint_ = 0;
+  CoordinatorStats stats_;
+};
+
+// Runs a Coordinator behind a TCP listener on its own thread.
+class CoordinatorService {
+ public:
+  // Listens on `listen` (host:port; port 0 = any). `secret`: the bytes ranks
+  // must prove (the 16 bytes of ANTDT_SECRET or of the job's UniqueId).
+  CoordinatorService(CoordinatorOptions options, const net::Endpoint& listen, std::span<const std::byte> secret,
+                     std::chrono::milliseconds send_timeout = std::chrono::seconds(5));
+  ~CoordinatorService();  // stops the thread (a final checkpoint is written)
+  CoordinatorService(const CoordinatorService&) = delete;
+  CoordinatorService& operator=(const CoordinatorService&) = delete;
+
+  const net::Endpoint& address() const noexcept { return bound_; }
+  Coordinator& coordinator() noexcept { return *coordinator_; }
+  // Blocks until every rank that connected said bye without restarting, or the deadline (false).
+  bool wait_all_exited(std::chrono::steady_clock::time_point deadline) const;
+  // Thread-safe: makes the service thread stop (the destructor waits for it).
+  void stop() noexcept;
+
+ private:
+  struct Connection {
+    control::Link link;
+    int rank = -1;  // -1 until its hello was accepted
+    Challenge challenge;
+    std::chrono::steady_clock::time_point hello_deadline;
+    bool said_bye = false;
+  };
+  void run();
+  void accept_one();
+  // False when the connection must close.
+  bool serve(Connection& c);
+
+  std::unique_ptr<Coordinator> coordinator_;
+  std::vector<std::byte> secret_;
+  std::chrono::milliseconds send_timeout_;
+  net::Fd listener_;
+  net::Endpoint bound_;
+  net::Fd wake_fd_;
+  std::vector<std::unique_ptr<Connection>> connections_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace antdt::coord

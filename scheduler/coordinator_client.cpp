@@ -1,0 +1,109 @@
+#include "scheduler/coordinator_client.hpp"
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+#include <thread>
+
+namespace antdt::coord {
+
+using Clock = std::chrono::steady_clock;
+
+CoordinatorClient::CoordinatorClient(const net::Endpoint& address, std::span<const std::byte> secret, int rank,
+                                     int world_size, std::uint32_t incarnation, std::uint64_t generation,
+                                     std::chrono::milliseconds timeout)
+    : address_(address), secret_(secret.begin(), secret.end()), rank_(rank), world_size_(world_size),
+      incarnation_(incarnation), generation_(generation), timeout_(timeout) {
+  ANTDT_CHECK_ARG(rank >= 0 && rank < world_size, "coordinator client: rank ", rank, " out of range [0, ", world_size,
+                  ")");
+  connect(Clock::now() + timeout_);
+}
+
+CoordinatorClient::~CoordinatorClient() = default;
+
+void CoordinatorClient::connect(Clock::time_point deadline) {
+  link_ = control::Link(net::connect_to(address_, deadline));
+  auto frame = link_.receive(deadline);
+  if (!frame)
+    raise<TimeoutError>("coordinator at ", address_.to_string(), " sent no challenge within ANTDT_TIMEOUT_MS");
+  const Challenge challenge = decode_challenge(*frame);
+  Hello hello{static_cast<std::uint32_t>(rank_), static_cast<std::uint32_t>(world_size_), incarnation_, generation_, {}};
+  hello.mac = prove(secret_, challenge, hello.rank, hello.world_size, hello.incarnation);
+  link_.send(encode(hello), deadline);
+  frame = link_.receive(deadline);
+  if (!frame) raise<TimeoutError>("coordinator at ", address_.to_string(), " did not answer the hello of rank ", rank_);
+  welcome_ = decode_welcome(*frame);
+  if (!welcome_.accepted) {
+    link_ = control::Link();
+    raise<BootstrapError>("the coordinator at ", address_.to_string(), " refused rank ", rank_, ": ", welcome_.reason);
+  }
+}
+
+Bytes CoordinatorClient::call(const Request& request) {
+  ANTDT_CHECK_ARG(static_cast<bool>(link_), "coordinator client: the session of rank ", rank_, " is closed (bye)");
+  const Bytes payload = encode(request);
+  const auto deadline = Clock::now() + timeout_;
+  for (;;) {
+    try {
+      link_.send(payload, deadline);
+      auto reply = link_.receive(deadline);
+      if (!reply)
+        raise<TimeoutError>("coordinator at ", address_.to_string(), " did not answer rank ", rank_,
+                            " within ANTDT_TIMEOUT_MS=", timeout_.count(), " ms");
+      return std::move(*reply);
+    } catch (const TimeoutError&) {
+      throw;
+    } catch (const Error& e) {
+      if (e.status() != Status::transport && e.status() != Status::bootstrap) throw;
+      if (Clock::now() >= deadline) throw;
+      // The connection broke: the coordinator may have been restarted. Try again until the deadline.
+      ANTDT_WARN("rank ", rank_, ": lost the coordinator connection (", e.what(), "); reconnecting");
+      for (;;) {
+        try {
+          connect(deadline);
+          ++reconnections_;
+          break;
+        } catch (const Error& again) {
+          // Refused too: a coordinator that has not noticed the old connection's
+          // end yet says "already connected"; one still starting refuses the connection.
+          if (again.status() == Status::timeout || Clock::now() >= deadline) throw;
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+      }
+    }
+  }
+}
+
+Plan CoordinatorClient::plan(std::uint64_t step) { return decode_plan(call(PlanRequest{step})); }
+
+void CoordinatorClient::report(const Report& report) { decode_ack(call(report)); }
+
+BatchReply CoordinatorClient::fetch(std::uint64_t max_samples) { return decode_batch(call(Fetch{max_samples})); }
+
+bool CoordinatorClient::commit(std::uint64_t lease) { return decode_ack(call(Commit{lease})).ok; }
+
+bool CoordinatorClient::give_back(std::uint64_t lease) { return decode_ack(call(GiveBack{lease})).ok; }
+
+void CoordinatorClient::request_restart() { decode_ack(call(RequestRestart{})); }
+
+void CoordinatorClient::offer_id(std::uint64_t generation, const UniqueId& id) {
+  decode_ack(call(OfferId{generation, id}));
+}
+
+GenerationId CoordinatorClient::join(std::uint64_t generation) {
+  return decode_generation_id(call(JoinGeneration{generation}));
+}
+
+void CoordinatorClient::bye(bool restarting) {
+  if (!link_) return;
+  try {
+    const auto deadline = Clock::now() + timeout_;
+    link_.send(encode(Request{Bye{restarting}}), deadline);
+    if (auto reply = link_.receive(deadline)) decode_ack(*reply);
+  } catch (const Error& e) {
+    ANTDT_WARN("rank ", rank_, ": bye to the coordinator failed: ", e.what());
+  }
+  link_ = control::Link();
+}
+
+}  // namespace antdt::coord

@@ -1,0 +1,463 @@
+#include "scheduler/coordinator_wire.hpp"
+
+#include "core/communicator.hpp"
+#include "core/error.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <string_view>
+#include <type_traits>
+
+namespace antdt::coord {
+namespace {
+
+constexpr std::size_t kPrefixBytes = 8;
+constexpr std::string_view kMacDomain = "antdt-coordinator-v1";
+
+class Writer {
+ public:
+  explicit Writer(Kind kind) {
+    put(kMagic);
+    put(kVersion);
+    put(static_cast<std::uint16_t>(kind));
+  }
+  template <class T>
+  void put(T v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    std::byte raw[sizeof(T)];
+    std::memcpy(raw, &v, sizeof(T));
+    out_.insert(out_.end(), raw, raw + sizeof(T));
+  }
+  void bytes(std::span<const std::byte> b) { out_.insert(out_.end(), b.begin(), b.end()); }
+  void text(const std::string& s) {
+    const std::string cut = s.substr(0, kMaxTextBytes);
+    put(static_cast<std::uint32_t>(cut.size()));
+    bytes(std::as_bytes(std::span(cut)));
+  }
+  Bytes take() { return std::move(out_); }
+
+ private:
+  Bytes out_;
+};
+
+class Reader {
+ public:
+  Reader(std::span<const std::byte> in, Kind expected, const char* what) : in_(in), what_(what) {
+    const Kind kind = peek_kind(in);
+    if (kind != expected)
+      raise<BootstrapError>("malformed coordinator ", what_, ": message kind ", static_cast<int>(kind), ", expected ",
+                            static_cast<int>(expected));
+    pos_ = kPrefixBytes;
+  }
+  template <class T>
+  T get() {
+    need(sizeof(T));
+    T v;
+    std::memcpy(&v, in_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return v;
+  }
+  bool flag() {
+    const auto v = get<std::uint8_t>();
+    if (v > 1) raise<BootstrapError>("malformed coordinator ", what_, ": flag byte ", int{v});
+    return v == 1;
+  }
+  double real() {
+    const auto v = get<double>();
+    if (!std::isfinite(v) || v < 0) raise<BootstrapError>("malformed coordinator ", what_, ": time ", v, " is not a finite non-negative number");
+    return v;
+  }
+  template <std::size_t N>
+  void bytes(std::array<std::byte, N>& out) {
+    need(N);
+    std::memcpy(out.data(), in_.data() + pos_, N);
+    pos_ += N;
+  }
+  std::string text() {
+    const auto len = get<std::uint32_t>();
+    if (len > kMaxTextBytes)
+      raise<BootstrapError>("malformed coordinator ", what_, ": text of ", len, " bytes exceeds ", kMaxTextBytes);
+    need(len);
+    std::string s(reinterpret_cast<const char*>(in_.data() + pos_), len);
+    pos_ += len;
+    return s;
+  }
+  std::size_t left() const noexcept { return in_.size() - pos_; }
+  void done() const {
+    if (pos_ != in_.size())
+      raise<BootstrapError>("malformed coordinator ", what_, ": ", in_.size() - pos_, " unexpected trailing bytes");
+  }
+
+ private:
+  void need(std::size_t n) const {
+    if (in_.size() - pos_ < n)
+      raise<BootstrapError>("malformed coordinator ", what_, ": truncated (", in_.size(), " bytes)");
+  }
+  std::span<const std::byte> in_;
+  const char* what_;
+  std::size_t pos_ = 0;
+};
+
+Fate fate_from(std::uint8_t v, const char* what) {
+  if (v > static_cast<std::uint8_t>(Fate::none)) raise<BootstrapError>("malformed coordinator ", what, ": fate ", int{v});
+  return static_cast<Fate>(v);
+}
+
+LatePolicy late_from(std::uint8_t v) {
+  if (v > static_cast<std::uint8_t>(LatePolicy::defer)) raise<BootstrapError>("malformed coordinator plan: late policy ", int{v});
+  return static_cast<LatePolicy>(v);
+}
+
+// A reply in the place of `expected` may be an error: thrown as its antdt::Error.
+void throw_if_error(std::span<const std::byte> bytes) {
+  if (peek_kind(bytes) != Kind::error) return;
+  ErrorReply e = decode_error(bytes);
+  detail::throw_status(e.status, "coordinator: " + e.message);
+}
+
+}  // namespace
+
+Kind peek_kind(std::span<const std::byte> bytes) {
+  if (bytes.size() < kPrefixBytes)
+    raise<BootstrapError>("malformed coordinator message: ", bytes.size(), " bytes, shorter than its prefix");
+  std::uint32_t magic;
+  std::uint16_t version, kind;
+  std::memcpy(&magic, bytes.data(), 4);
+  std::memcpy(&version, bytes.data() + 4, 2);
+  std::memcpy(&kind, bytes.data() + 6, 2);
+  if (magic != kMagic) raise<BootstrapError>("malformed coordinator message: bad magic 0x", std::hex, magic);
+  if (version != kVersion)
+    raise<BootstrapError>("coordinator message has protocol version ", version, ", this library speaks ", kVersion,
+                          " (mixed antdt versions in one job?)");
+  const bool known = (kind >= 1 && kind <= 3) || (kind >= 10 && kind <= 23);
+  if (!known) raise<BootstrapError>("malformed coordinator message: unknown kind ", kind);
+  return static_cast<Kind>(kind);
+}
+
+Bytes encode(const Challenge& m) {
+  Writer w(Kind::challenge);
+  w.bytes(m.nonce);
+  return w.take();
+}
+
+Bytes encode(const Hello& m) {
+  Writer w(Kind::hello);
+  w.put(m.rank);
+  w.put(m.world_size);
+  w.put(m.incarnation);
+  w.put(m.generation);
+  w.bytes(m.mac);
+  return w.take();
+}
+
+Bytes encode(const Welcome& m) {
+  Writer w(Kind::welcome);
+  w.put(static_cast<std::uint8_t>(m.accepted));
+  w.text(m.reason);
+  w.put(m.generation);
+  w.put(m.resume_step);
+  return w.take();
+}
+
+Bytes encode(const Request& request) {
+  return std::visit(
+      [](const auto& m) -> Bytes {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, PlanRequest>) {
+          Writer w(Kind::plan_request);
+          w.put(m.step);
+          return w.take();
+        } else if constexpr (std::is_same_v<T, Report>) {
+          Writer w(Kind::report);
+          w.put(m.step);
+          w.put(m.compute_s);
+          w.put(m.wait_s);
+          w.put(m.transfer_s);
+          w.put(m.samples);
+          w.put(static_cast<std::uint8_t>(m.fate));
+          return w.take();
+        } else if constexpr (std::is_same_v<T, Fetch>) {
+          Writer w(Kind::fetch);
+          w.put(m.max_samples);
+          return w.take();
+        } else if constexpr (std::is_same_v<T, Commit>) {
+          Writer w(Kind::commit);
+          w.put(m.lease);
+          return w.take();
+        } else if constexpr (std::is_same_v<T, GiveBack>) {
+          Writer w(Kind::give_back);
+          w.put(m.lease);
+          return w.take();
+        } else if constexpr (std::is_same_v<T, RequestRestart>) {
+          return Writer(Kind::request_restart).take();
+        } else if constexpr (std::is_same_v<T, OfferId>) {
+          Writer w(Kind::offer_id);
+          w.put(m.generation);
+          w.bytes(m.id.bytes);
+          return w.take();
+        } else if constexpr (std::is_same_v<T, JoinGeneration>) {
+          Writer w(Kind::join_generation);
+          w.put(m.generation);
+          return w.take();
+        } else {
+          static_assert(std::is_same_v<T, Bye>);
+          Writer w(Kind::bye);
+          w.put(static_cast<std::uint8_t>(m.restarting));
+          return w.take();
+        }
+      },
+      request);
+}
+
+Bytes encode(const Plan& m) {
+  Writer w(Kind::plan);
+  w.put(m.step);
+  w.put(m.plan.local_batch);
+  w.put(m.plan.micro_batches);
+  w.put(m.plan.micro_batch);
+  w.put(static_cast<std::uint8_t>(m.plan.late));
+  w.put(m.plan.staleness);
+  w.put(static_cast<std::uint8_t>(m.plan.restart));
+  w.put(static_cast<std::uint8_t>(m.plan.resplit));
+  w.put(static_cast<std::uint8_t>(m.stop));
+  w.put(m.generation);
+  return w.take();
+}
+
+Bytes encode(const BatchReply& m) {
+  ANTDT_CHECK_ARG(m.samples.size() <= kMaxBatchSamples, "a batch of ", m.samples.size(), " samples exceeds the limit of ",
+                  kMaxBatchSamples);
+  Writer w(Kind::batch);
+  w.put(m.status);
+  w.put(m.lease);
+  w.put(m.epoch);
+  w.put(static_cast<std::uint64_t>(m.samples.size()));
+  w.bytes(std::as_bytes(std::span(m.samples)));
+  return w.take();
+}
+
+Bytes encode(const GenerationId& m) {
+  Writer w(Kind::generation_id);
+  w.put(static_cast<std::uint8_t>(m.ready));
+  w.put(m.generation);
+  w.bytes(m.id.bytes);
+  return w.take();
+}
+
+Bytes encode(const Ack& m) {
+  Writer w(Kind::ack);
+  w.put(static_cast<std::uint8_t>(m.ok));
+  return w.take();
+}
+
+Bytes encode(const ErrorReply& m) {
+  Writer w(Kind::error);
+  w.put(static_cast<std::int32_t>(m.status));
+  w.text(m.message);
+  return w.take();
+}
+
+Challenge decode_challenge(std::span<const std::byte> bytes) {
+  Reader r(bytes, Kind::challenge, "challenge");
+  Challenge m;
+  r.bytes(m.nonce);
+  r.done();
+  return m;
+}
+
+Hello decode_hello(std::span<const std::byte> bytes) {
+  Reader r(bytes, Kind::hello, "hello");
+  Hello m;
+  m.rank = r.get<std::uint32_t>();
+  m.world_size = r.get<std::uint32_t>();
+  m.incarnation = r.get<std::uint32_t>();
+  m.generation = r.get<std::uint64_t>();
+  r.bytes(m.mac);
+  r.done();
+  return m;
+}
+
+Welcome decode_welcome(std::span<const std::byte> bytes) {
+  Reader r(bytes, Kind::welcome, "welcome");
+  Welcome m;
+  m.accepted = r.flag();
+  m.reason = r.text();
+  m.generation = r.get<std::uint64_t>();
+  m.resume_step = r.get<std::uint64_t>();
+  r.done();
+  return m;
+}
+
+Request decode_request(std::span<const std::byte> bytes) {
+  const Kind kind = peek_kind(bytes);
+  switch (kind) {
+    case Kind::plan_request: {
+      Reader r(bytes, kind, "plan request");
+      PlanRequest m{r.get<std::uint64_t>()};
+      r.done();
+      if (m.step == 0) raise<BootstrapError>("malformed coordinator plan request: step 0 (steps start at 1)");
+      return m;
+    }
+    case Kind::report: {
+      Reader r(bytes, kind, "step report");
+      Report m;
+      m.step = r.get<std::uint64_t>();
+      m.compute_s = r.real();
+      m.wait_s = r.real();
+      m.transfer_s = r.real();
+      m.samples = r.get<std::uint64_t>();
+      m.fate = fate_from(r.get<std::uint8_t>(), "step report");
+      r.done();
+      return m;
+    }
+    case Kind::fetch: {
+      Reader r(bytes, kind, "fetch");
+      Fetch m{r.get<std::uint64_t>()};
+      r.done();
+      if (m.max_samples > kMaxBatchSamples)
+        raise<BootstrapError>("malformed coordinator fetch: ", m.max_samples, " samples exceeds the limit of ",
+                              kMaxBatchSamples);
+      return m;
+    }
+    case Kind::commit: {
+      Reader r(bytes, kind, "commit");
+      Commit m{r.get<std::uint64_t>()};
+      r.done();
+      return m;
+    }
+    case Kind::give_back: {
+      Reader r(bytes, kind, "give back");
+      GiveBack m{r.get<std::uint64_t>()};
+      r.done();
+      return m;
+    }
+    case Kind::request_restart: {
+      Reader r(bytes, kind, "restart request");
+      r.done();
+      return RequestRestart{};
+    }
+    case Kind::offer_id: {
+      Reader r(bytes, kind, "id offer");
+      OfferId m;
+      m.generation = r.get<std::uint64_t>();
+      r.bytes(m.id.bytes);
+      r.done();
+      return m;
+    }
+    case Kind::join_generation: {
+      Reader r(bytes, kind, "join");
+      JoinGeneration m{r.get<std::uint64_t>()};
+      r.done();
+      return m;
+    }
+    case Kind::bye: {
+      Reader r(bytes, kind, "bye");
+      Bye m{r.flag()};
+      r.done();
+      return m;
+    }
+    default:
+      raise<BootstrapError>("malformed coordinator request: message kind ", static_cast<int>(kind),
+                            " is not a request");
+  }
+}
+
+Plan decode_plan(std::span<const std::byte> bytes) {
+  throw_if_error(bytes);
+  Reader r(bytes, Kind::plan, "plan");
+  Plan m;
+  m.step = r.get<std::uint64_t>();
+  m.plan.local_batch = r.get<std::uint64_t>();
+  m.plan.micro_batches = r.get<std::uint32_t>();
+  m.plan.micro_batch = r.get<std::uint64_t>();
+  m.plan.late = late_from(r.get<std::uint8_t>());
+  m.plan.staleness = r.get<std::uint32_t>();
+  m.plan.restart = r.flag();
+  m.plan.resplit = r.flag();
+  m.stop = r.flag();
+  m.generation = r.get<std::uint64_t>();
+  r.done();
+  if (m.plan.micro_batches == 0) raise<BootstrapError>("malformed coordinator plan: 0 micro-batches");
+  return m;
+}
+
+BatchReply decode_batch(std::span<const std::byte> bytes) {
+  throw_if_error(bytes);
+  Reader r(bytes, Kind::batch, "batch");
+  BatchReply m;
+  m.status = r.get<std::uint8_t>();
+  if (m.status > 2) raise<BootstrapError>("malformed coordinator batch: status ", int{m.status});
+  m.lease = r.get<std::uint64_t>();
+  m.epoch = r.get<std::uint32_t>();
+  const auto count = r.get<std::uint64_t>();
+  if (count > kMaxBatchSamples || count * 8 != r.left())
+    raise<BootstrapError>("malformed coordinator batch: ", count, " samples in ", r.left(), " bytes");
+  if ((count > 0) != (m.status == 0))
+    raise<BootstrapError>("malformed coordinator batch: ", count, " samples with status ", int{m.status});
+  m.samples.resize(count);
+  for (auto& id : m.samples) id = r.get<std::uint64_t>();
+  r.done();
+  return m;
+}
+
+GenerationId decode_generation_id(std::span<const std::byte> bytes) {
+  throw_if_error(bytes);
+  Reader r(bytes, Kind::generation_id, "generation id");
+  GenerationId m;
+  m.ready = r.flag();
+  m.generation = r.get<std::uint64_t>();
+  r.bytes(m.id.bytes);
+  r.done();
+  return m;
+}
+
+Ack decode_ack(std::span<const std::byte> bytes) {
+  throw_if_error(bytes);
+  Reader r(bytes, Kind::ack, "ack");
+  Ack m{r.flag()};
+  r.done();
+  return m;
+}
+
+ErrorReply decode_error(std::span<const std::byte> bytes) {
+  Reader r(bytes, Kind::error, "error");
+  ErrorReply m;
+  const auto status = r.get<std::int32_t>();
+  if (status <= 0 || status > static_cast<std::int32_t>(Status::resync))
+    raise<BootstrapError>("malformed coordinator error: status ", status);
+  m.status = static_cast<Status>(status);
+  m.message = r.text();
+  r.done();
+  return m;
+}
+
+std::array<std::byte, kMacBytes> prove(std::span<const std::byte> secret, const Challenge& challenge,
+                                       std::uint32_t rank, std::uint32_t world_size, std::uint32_t incarnation) {
+  Bytes msg;
+  msg.insert(msg.end(), reinterpret_cast<const std::byte*>(kMacDomain.data()),
+             reinterpret_cast<const std::byte*>(kMacDomain.data()) + kMacDomain.size());
+  msg.insert(msg.end(), challenge.nonce.begin(), challenge.nonce.end());
+  for (std::uint32_t v : {rank, world_size, incarnation}) {
+    std::byte raw[4];
+    std::memcpy(raw, &v, 4);
+    msg.insert(msg.end(), raw, raw + 4);
+  }
+  std::array<std::byte, kMacBytes> mac{};
+  unsigned int mac_len = 0;
+  if (!HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+            reinterpret_cast<const unsigned char*>(msg.data()), msg.size(),
+            reinterpret_cast<unsigned char*>(mac.data()), &mac_len) ||
+      mac_len != kMacBytes)
+    raise<InternalError>("HMAC-SHA256 failed");
+  return mac;
+}
+
+bool verify(std::span<const std::byte> secret, const Challenge& challenge, const Hello& hello) {
+  const auto expected = prove(secret, challenge, hello.rank, hello.world_size, hello.incarnation);
+  return CRYPTO_memcmp(expected.data(), hello.mac.data(), kMacBytes) == 0;
+}
+
+}  // namespace antdt::coord

@@ -1,0 +1,129 @@
+// antdt-coordinator: the job's coordinator as its own process (docs/scheduler.md,
+// "Agent and coordinator"), for jobs that must survive the loss of rank 0 or
+// restart rank 0. Ranks find it through ANTDT_COORDINATOR=host:port and prove
+// ANTDT_SECRET. With ANTDT_COORDINATOR_CHECKPOINT (or --checkpoint) it saves the
+// data-sharding state periodically and at exit, and restores it when started
+// again, so it can itself be restarted while the ranks keep running (they
+// reconnect within ANTDT_TIMEOUT_MS).
+//
+// It exits 0 once every rank that connected said bye (or on SIGINT/SIGTERM,
+// after a last checkpoint), printing the data-sharding totals.
+#include <CLI/CLI.hpp>
+
+#include "core/config.hpp"
+#include "core/error.hpp"
+#include "core/net.hpp"
+#include "scheduler/coordinator.hpp"
+
+#include <signal.h>
+
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <string>
+
+namespace {
+
+std::array<std::byte, 16> secret_from_hex(const std::string& hex) {
+  std::array<std::byte, 16> out{};
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    unsigned v = 0;
+    std::sscanf(hex.c_str() + 2 * i, "%2x", &v);
+    out[i] = static_cast<std::byte>(v);
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"antdt-coordinator: serves the data sharding, Monitor and Controller of an antdt job to its ranks' "
+               "Agents (address ANTDT_COORDINATOR, secret ANTDT_SECRET)"};
+  std::string listen;
+  int world_size = 0;
+  std::uint64_t dataset_size = 0;
+  std::uint32_t epochs = 1;
+  std::uint64_t global_batch = 0;
+  std::uint64_t shard_size = 0;
+  std::string policy;
+  std::string checkpoint;
+  double checkpoint_s = 0;
+  app.add_option("--listen", listen, "host:port to listen on (default: ANTDT_COORDINATOR)");
+  app.add_option("-n,--world-size", world_size, "ranks in the job (default: ANTDT_WORLD_SIZE)")
+      ->check(CLI::Range(1, 1 << 24));
+  app.add_option("--dataset-size", dataset_size, "samples to shard (0: no data sharding)");
+  app.add_option("--epochs", epochs, "epochs to serve (0: no end)");
+  app.add_option("--global-batch", global_batch, "samples per step over all ranks (0: 32 per rank)");
+  app.add_option("--shard-size", shard_size, "samples per shard (default: ANTDT_DDS_SHARD_SIZE)");
+  app.add_option("--policy", policy, "scheduling policy (default: ANTDT_POLICY)");
+  app.add_option("--checkpoint", checkpoint, "checkpoint file (default: ANTDT_COORDINATOR_CHECKPOINT)");
+  app.add_option("--checkpoint-s", checkpoint_s, "seconds between checkpoints (default: ANTDT_COORDINATOR_CHECKPOINT_S)")
+      ->check(CLI::Range(0.001, 86400.0));
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    const antdt::Config& cfg = antdt::config();
+    if (listen.empty()) listen = cfg.coordinator;
+    if (listen.empty()) {
+      std::fprintf(stderr, "antdt-coordinator: give --listen host:port or ANTDT_COORDINATOR\n");
+      return 2;
+    }
+    if (world_size == 0) world_size = cfg.world_size.value_or(0);
+    if (world_size == 0) {
+      std::fprintf(stderr, "antdt-coordinator: give -n or ANTDT_WORLD_SIZE\n");
+      return 2;
+    }
+    if (cfg.secret.empty()) {
+      std::fprintf(stderr, "antdt-coordinator: ANTDT_SECRET (32 hex digits, the job's secret) is required\n");
+      return 2;
+    }
+    auto options = antdt::coord::CoordinatorOptions::from(cfg, world_size, dataset_size, epochs, global_batch);
+    if (shard_size > 0) options.dds.shard_size = shard_size;
+    if (!policy.empty()) {
+      options.policy = policy;
+      options.policy_config = cfg.policy_config;
+    }
+    if (!checkpoint.empty()) options.checkpoint_path = checkpoint;
+    if (checkpoint_s > 0)
+      options.checkpoint_interval = std::chrono::milliseconds(static_cast<long long>(checkpoint_s * 1000 + 0.5));
+
+    // SIGINT / SIGTERM end the service through sigtimedwait below.
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);  // before the service thread starts: it inherits the mask
+
+    const auto secret = secret_from_hex(cfg.secret);
+    antdt::coord::CoordinatorService service(options, antdt::net::parse_endpoint(listen), secret, cfg.timeout);
+    std::printf("antdt-coordinator: listening on %s for %d ranks (dataset %llu samples, %u epoch(s))\n",
+                service.address().to_string().c_str(), world_size, static_cast<unsigned long long>(dataset_size),
+                epochs);
+    std::fflush(stdout);
+
+    int got_signal = 0;
+    while (!service.coordinator().all_exited()) {
+      timespec wait{0, 100 * 1000 * 1000};
+      const int sig = sigtimedwait(&stop_signals, nullptr, &wait);
+      if (sig > 0) {
+        got_signal = sig;
+        break;
+      }
+    }
+    service.stop();
+    service.coordinator().maybe_checkpoint(true);
+    const auto progress = service.coordinator().progress();
+    const auto stats = service.coordinator().stats();
+    std::printf("antdt-coordinator: %s; %llu samples committed, %llu epoch(s) completed, generation %llu, "
+                "%llu rank(s) lost, %llu restart(s)\n",
+                got_signal != 0 ? strsignal(got_signal) : "every rank said bye",
+                static_cast<unsigned long long>(progress.total_committed),
+                static_cast<unsigned long long>(progress.epochs_completed),
+                static_cast<unsigned long long>(stats.generation), static_cast<unsigned long long>(stats.ranks_lost),
+                static_cast<unsigned long long>(stats.restarts_done));
+    return 0;
+  } catch (const antdt::Error& e) {
+    std::fprintf(stderr, "antdt-coordinator: %s\n", e.what());
+    return 1;
+  }
+}
