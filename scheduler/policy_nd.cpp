@@ -35,6 +35,7 @@ class NdPolicy final : public Policy {
     const std::size_t n = static_cast<std::size_t>(ctx.world_size);
     if (ctx.step < options_.warmup || ctx.plans.size() != n) return std::nullopt;
     if (resplit_at_.size() != n) resplit_at_.assign(n, std::nullopt);
+    if (recovering_.size() != n) recovering_.assign(n, 0);
 
     std::vector<RankPlan> plans(ctx.plans.begin(), ctx.plans.end());
     bool any_slow = false;
@@ -44,7 +45,10 @@ class NdPolicy final : public Policy {
     for (std::size_t i = 0; i < n; ++i) {
       const int rank = static_cast<int>(i);
       const RankStats st = monitor.rank(rank);
-      if (!is_slow(st.cls)) continue;
+      if (!is_slow(st.cls)) {
+        recovering_[i] = 0;
+        continue;
+      }
       any_slow = true;
       const bool restarting =
           std::find(ctx.restarting.begin(), ctx.restarting.end(), rank) != ctx.restarting.end();
@@ -55,7 +59,9 @@ class NdPolicy final : public Policy {
         resplit_at_[i] = ctx.step;
         ++resplits;
       }
-      if (st.cls == StragglerClass::persistent && st.slowness > restart_slowness) {
+      // A restarted rank's history says "persistent" until its new records
+      // show otherwise: it is not restarted again before it was seen well.
+      if (st.cls == StragglerClass::persistent && !recovering_[i] && st.slowness > restart_slowness) {
         restart_rank = rank;
         restart_slowness = st.slowness;
       }
@@ -65,6 +71,7 @@ class NdPolicy final : public Policy {
                              (!restarted_at_ || ctx.step >= *restarted_at_ + options_.restart_cooldown);
     if (may_restart) {
       plans[static_cast<std::size_t>(restart_rank)].restart = true;
+      recovering_[static_cast<std::size_t>(restart_rank)] = 1;
       restarted_at_ = ctx.step;
     }
 
@@ -88,6 +95,7 @@ class NdPolicy final : public Policy {
  private:
   NdOptions options_;
   std::vector<std::optional<std::uint64_t>> resplit_at_;  // per rank: step of its last re-split order
+  std::vector<std::uint8_t> recovering_;                  // per rank: restart ordered, not seen well since
   std::optional<std::uint64_t> restarted_at_;
   std::uint64_t last_slow_ = 0;
   std::string reason_;
