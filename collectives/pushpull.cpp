@@ -1,0 +1,620 @@
+// Push-pull (parameter-server mode): docs/collectives.md#push-pull.
+//
+// push(key): every worker sends, to each server of the key, its weight and
+// then its data for that server's partitions (in partition order); each server
+// posts every receive at once and adds the partitions in worker rank order as
+// they arrive, so the aggregate is the same bytes whatever the arrival order
+// and a partition's reduction overlaps the next one's transfer.
+// pull(key): each server sends its partitions of the aggregate (the sum, or
+// the weighted average) to every worker.
+// partial_push(key): one partial step (collectives/partial_step.hpp) whose
+// contributors aggregate the key's partitions among themselves the same way.
+#include "collectives/pushpull.hpp"
+
+#include "collectives/collectives.hpp"
+#include "collectives/partial_step.hpp"
+#include "collectives/suite.hpp"
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <unordered_set>
+
+namespace antdt::coll::ps {
+namespace {
+
+std::uint64_t mix(std::uint64_t h, std::uint64_t v) noexcept {
+  for (int i = 0; i < 8; ++i) {
+    h ^= (v >> (8 * i)) & 0xff;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+// A key's contribution to message signatures: never 0 (0 means "no layout").
+std::uint64_t key_salt(std::uint64_t key, std::uint64_t kind) noexcept {
+  std::uint64_t h = mix(mix(0xcbf29ce484222325ULL, key), kind);
+  return h == 0 ? 1 : h;
+}
+
+bool is_float(DataType t) noexcept {
+  return t == DataType::f32 || t == DataType::f64 || t == DataType::f16 || t == DataType::bf16;
+}
+
+// The server of a piece starting at element `first` of `count` elements, out
+// of a total of `total` elements spread over `servers` by range: the one
+// whose range holds the piece's midpoint.
+std::size_t range_owner(std::size_t first, std::size_t count, std::size_t total, std::size_t servers) {
+  const double midpoint = (static_cast<double>(first) + static_cast<double>(count) / 2) / static_cast<double>(total);
+  return std::min(servers - 1, static_cast<std::size_t>(midpoint * static_cast<double>(servers)));
+}
+
+template <class T>
+void accumulate_as(T* acc, const T* src, std::size_t n, T w, bool first) {
+  if (first)
+    for (std::size_t i = 0; i < n; ++i) acc[i] = w * src[i];
+  else
+    for (std::size_t i = 0; i < n; ++i) acc[i] += w * src[i];
+}
+
+// Integer sums wrap (two's complement): computed in the unsigned type.
+template <class T>
+void accumulate_int(std::byte* acc_bytes, const std::byte* src_bytes, std::size_t n, double weight, bool first) {
+  using U = std::make_unsigned_t<T>;
+  const U w = static_cast<U>(static_cast<std::int64_t>(weight));
+  auto* acc = reinterpret_cast<T*>(acc_bytes);
+  const auto* src = reinterpret_cast<const T*>(src_bytes);
+  for (std::size_t i = 0; i < n; ++i) {
+    const U term = static_cast<U>(static_cast<U>(src[i]) * w);
+    acc[i] = static_cast<T>(first ? term : static_cast<U>(static_cast<U>(acc[i]) + term));
+  }
+}
+
+void accumulate_half(DataType t, float* acc, const std::uint16_t* src, std::size_t n, float w, bool first) {
+  const bool half = t == DataType::f16;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float term = w * (half ? half_to_float(src[i]) : bf16_to_float(src[i]));
+    acc[i] = first ? term : acc[i] + term;
+  }
+}
+
+}  // namespace
+
+std::vector<std::pair<std::size_t, std::size_t>> split(std::size_t count, std::size_t esize,
+                                                       std::size_t partition_bytes) {
+  std::vector<std::pair<std::size_t, std::size_t>> parts;
+  if (count == 0) return parts;
+  const std::size_t per_part = std::max<std::size_t>(1, partition_bytes / esize);  // elements
+  const std::size_t n = count / per_part + (count % per_part != 0 ? 1 : 0);
+  const std::size_t base = count / n, extra = count % n;
+  std::size_t first = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t c = base + (i < extra ? 1 : 0);
+    parts.emplace_back(first, c);
+    first += c;
+  }
+  return parts;
+}
+
+Layout Layout::make(std::span<const PushPullKey> keys, std::span<const int> servers, int nranks,
+                    std::size_t partition_bytes) {
+  ANTDT_CHECK_ARG(partition_bytes >= 4096, "push-pull: partition size must be at least 4096 bytes, got ",
+                  partition_bytes);
+  Layout l;
+  l.partition_bytes = partition_bytes;
+  for (int s : servers) {
+    ANTDT_CHECK_ARG(s >= 0 && s < nranks, "push-pull: server rank ", s, " is out of range [0, ", nranks, ")");
+    l.servers.push_back(s);
+  }
+  std::sort(l.servers.begin(), l.servers.end());
+  ANTDT_CHECK_ARG(std::adjacent_find(l.servers.begin(), l.servers.end()) == l.servers.end(),
+                  "push-pull: a server rank is listed twice");
+  if (l.servers.empty()) {
+    for (int r = 0; r < nranks; ++r) l.servers.push_back(r), l.workers.push_back(r);
+  } else {
+    for (int r = 0; r < nranks; ++r)
+      if (!std::binary_search(l.servers.begin(), l.servers.end(), r)) l.workers.push_back(r);
+    ANTDT_CHECK_ARG(!l.workers.empty(), "push-pull: every one of the ", nranks,
+                    " ranks is a dedicated server; at least one rank must be a worker");
+  }
+
+  std::unordered_set<std::uint64_t> seen;
+  for (const auto& k : keys) {
+    check_dtype(k.dtype);
+    ANTDT_CHECK_ARG(seen.insert(k.key).second, "push-pull: key ", k.key, " is registered twice");
+    const std::size_t esize = dtype_size(k.dtype);
+    ANTDT_CHECK_ARG(k.count <= std::numeric_limits<std::size_t>::max() / esize, "push-pull: key ", k.key, " count ",
+                    k.count, " overflows size_t bytes");
+    l.keys.push_back(KeyEntry{k, esize, 0, 0});
+  }
+  std::sort(l.keys.begin(), l.keys.end(), [](const auto& a, const auto& b) { return a.spec.key < b.spec.key; });
+
+  // Partitions in key order, then their byte ranges spread over the servers.
+  std::vector<std::size_t> offsets;  // byte offset of each partition in the concatenated table
+  std::size_t total = 0;
+  for (std::size_t ki = 0; ki < l.keys.size(); ++ki) {
+    auto& e = l.keys[ki];
+    e.first_partition = l.partitions.size();
+    for (auto [first, count] : split(e.spec.count, e.esize, partition_bytes)) {
+      l.partitions.push_back(Partition{ki, first, count, -1});
+      offsets.push_back(total);
+      ANTDT_CHECK_ARG(total <= std::numeric_limits<std::size_t>::max() - count * e.esize,
+                      "push-pull: the key table's total size overflows size_t");
+      total += count * e.esize;
+    }
+    e.partitions = l.partitions.size() - e.first_partition;
+  }
+  for (std::size_t p = 0; p < l.partitions.size(); ++p) {
+    auto& part = l.partitions[p];
+    const std::size_t bytes = part.count * l.keys[part.key_index].esize;
+    part.server = l.servers[range_owner(offsets[p], bytes, total, l.servers.size())];
+  }
+  return l;
+}
+
+std::size_t Layout::key_index(std::uint64_t key) const {
+  auto it = std::lower_bound(keys.begin(), keys.end(), key, [](const auto& e, std::uint64_t k) { return e.spec.key < k; });
+  ANTDT_CHECK_ARG(it != keys.end() && it->spec.key == key, "push-pull: key ", key, " is not in the table");
+  return static_cast<std::size_t>(it - keys.begin());
+}
+
+std::span<const Partition> Layout::partitions_of(std::size_t key_index) const {
+  const auto& e = keys[key_index];
+  return std::span(partitions).subspan(e.first_partition, e.partitions);
+}
+
+std::uint64_t Layout::hash() const noexcept {
+  std::uint64_t h = mix(0xcbf29ce484222325ULL, keys.size());
+  for (const auto& e : keys) h = mix(mix(mix(h, e.spec.key), e.spec.count), static_cast<std::uint64_t>(e.spec.dtype));
+  h = mix(mix(h, partition_bytes), servers.size());
+  for (int s : servers) h = mix(h, static_cast<std::uint64_t>(s));
+  return h;
+}
+
+DataType accumulator_type(DataType t) noexcept {
+  return t == DataType::f16 || t == DataType::bf16 ? DataType::f32 : t;
+}
+
+void check_weight(DataType t, double weight, const char* what) {
+  ANTDT_CHECK_ARG(std::isfinite(weight) && weight >= 0, what, ": weight must be finite and >= 0, got ", weight);
+  if (!is_float(t))
+    ANTDT_CHECK_ARG(weight == std::trunc(weight) && weight <= 9.0e18, what, ": integer dtype ", dtype_name(t),
+                    " needs an integral weight, got ", weight);
+}
+
+void accumulate(DataType t, std::byte* acc, const std::byte* src, std::size_t n, double weight, bool first) {
+  switch (t) {
+    case DataType::f32:
+      return accumulate_as(reinterpret_cast<float*>(acc), reinterpret_cast<const float*>(src), n,
+                           static_cast<float>(weight), first);
+    case DataType::f64:
+      return accumulate_as(reinterpret_cast<double*>(acc), reinterpret_cast<const double*>(src), n, weight, first);
+    case DataType::f16:
+    case DataType::bf16:
+      return accumulate_half(t, reinterpret_cast<float*>(acc), reinterpret_cast<const std::uint16_t*>(src), n,
+                             static_cast<float>(weight), first);
+    case DataType::i8: return accumulate_int<std::int8_t>(acc, src, n, weight, first);
+    case DataType::u8: return accumulate_int<std::uint8_t>(acc, src, n, weight, first);
+    case DataType::i32: return accumulate_int<std::int32_t>(acc, src, n, weight, first);
+    case DataType::u32: return accumulate_int<std::uint32_t>(acc, src, n, weight, first);
+    case DataType::i64: return accumulate_int<std::int64_t>(acc, src, n, weight, first);
+    case DataType::u64: return accumulate_int<std::uint64_t>(acc, src, n, weight, first);
+  }
+  raise<InvalidArgument>("push-pull: unknown dtype ", static_cast<int>(t));
+}
+
+bool finish_is_copy(DataType t, ReduceOp op) noexcept { return op == ReduceOp::sum && accumulator_type(t) == t; }
+
+void finish(DataType t, ReduceOp op, const std::byte* acc, std::byte* out, std::size_t n, double total_weight) {
+  ANTDT_ASSERT(op == ReduceOp::sum || op == ReduceOp::avg);
+  if (finish_is_copy(t, op)) {
+    if (n > 0 && acc != out) std::memcpy(out, acc, n * dtype_size(t));
+    return;
+  }
+  ANTDT_CHECK_ARG(is_float(t), "push-pull: avg needs a floating-point dtype, not ", dtype_name(t));
+  const bool avg = op == ReduceOp::avg;
+  const bool empty = avg && total_weight == 0;  // nothing pushed this round
+  if (t == DataType::f64) {
+    const auto* a = reinterpret_cast<const double*>(acc);
+    auto* o = reinterpret_cast<double*>(out);
+    for (std::size_t i = 0; i < n; ++i) o[i] = empty ? 0.0 : a[i] / total_weight;
+    return;
+  }
+  const auto* a = reinterpret_cast<const float*>(acc);
+  const float w = static_cast<float>(total_weight);
+  auto value = [&](std::size_t i) { return empty ? 0.0f : avg ? a[i] / w : a[i]; };
+  if (t == DataType::f32) {
+    auto* o = reinterpret_cast<float*>(out);
+    for (std::size_t i = 0; i < n; ++i) o[i] = value(i);
+    return;
+  }
+  auto* o = reinterpret_cast<std::uint16_t*>(out);
+  const bool half = t == DataType::f16;
+  for (std::size_t i = 0; i < n; ++i) o[i] = half ? float_to_half(value(i)) : float_to_bf16(value(i));
+}
+
+}  // namespace antdt::coll::ps
+
+namespace antdt::detail {
+
+using coll::Algo;
+using coll::Call;
+using coll::Kind;
+using coll::Signature;
+using namespace coll::ps;
+
+class PushPullState {
+ public:
+  PushPullState(detail::CommImpl& comm, Layout layout) : comm_(comm), layout_(std::move(layout)) {
+    const int me = comm.rank();
+    worker_ = std::binary_search(layout_.workers.begin(), layout_.workers.end(), me);
+    server_ = std::binary_search(layout_.servers.begin(), layout_.servers.end(), me);
+    shards_.resize(layout_.keys.size());
+    for (std::size_t ki = 0; ki < layout_.keys.size(); ++ki) {
+      const auto parts = layout_.partitions_of(ki);
+      auto& sh = shards_[ki];
+      auto mine = std::find_if(parts.begin(), parts.end(), [&](const auto& p) { return p.server == me; });
+      sh.first_partition = static_cast<std::size_t>(mine - parts.begin());
+      while (mine != parts.end() && mine->server == me) ++sh.partitions, ++mine;
+      if (sh.partitions == 0) continue;
+      sh.lo = parts[sh.first_partition].first;
+      sh.hi = parts[sh.first_partition + sh.partitions - 1].first + parts[sh.first_partition + sh.partitions - 1].count;
+      const auto& e = layout_.keys[ki];
+      sh.acc.assign((sh.hi - sh.lo) * dtype_size(accumulator_type(e.spec.dtype)), std::byte{0});
+    }
+    remote_weights_.resize(layout_.workers.size());
+  }
+
+  const Layout& layout() const noexcept { return layout_; }
+  bool worker() const noexcept { return worker_; }
+  bool server() const noexcept { return server_; }
+  detail::CommImpl& comm() noexcept { return comm_; }
+
+  void check_push(std::size_t ki, const void* data, double weight) const {
+    const auto& e = layout_.keys[ki];
+    check_weight(e.spec.dtype, weight, "push");
+    ANTDT_CHECK_ARG(!worker_ || e.spec.count == 0 || data != nullptr, "push: data is null for key ", e.spec.key,
+                    " with count ", e.spec.count);
+  }
+  void check_pull(std::size_t ki, const void* out, ReduceOp op) const {
+    const auto& e = layout_.keys[ki];
+    ANTDT_CHECK_ARG(op == ReduceOp::sum || op == ReduceOp::avg, "pull: op must be sum or avg, got ", op_name(op));
+    ANTDT_CHECK_ARG(op == ReduceOp::sum || is_float(e.spec.dtype), "pull: avg needs a floating-point dtype; key ",
+                    e.spec.key, " is ", dtype_name(e.spec.dtype));
+    ANTDT_CHECK_ARG(!worker_ || e.spec.count == 0 || out != nullptr, "pull: out is null for key ", e.spec.key,
+                    " with count ", e.spec.count);
+  }
+
+  void push(std::size_t ki, const std::byte* data, double weight);
+  void pull(std::size_t ki, std::byte* out, ReduceOp op);
+  PartialResult partial_push(std::size_t ki, const void* data, void* result, ReduceOp op, const PartialOptions& opts);
+
+ private:
+  // This server's element range [lo, hi) of one key: its partitions
+  // [first_partition, first_partition + partitions) of the key.
+  struct Shard {
+    std::size_t first_partition = 0, partitions = 0;
+    std::size_t lo = 0, hi = 0;
+    std::vector<std::byte> acc;     // accumulator_type elements
+    std::vector<std::byte> result;  // dtype elements, when finish() is not a copy
+    std::optional<ReduceOp> result_op;  // result holds finish(op) of the current aggregate
+    double total_weight = 0;
+    bool round_open = false;  // pushed since the last pull
+  };
+
+  void partial_reduce(Call& call, std::size_t ki, ReduceOp op, std::span<const partial::Contributor> contributors,
+                      const std::byte* send, std::byte* result);
+
+  detail::CommImpl& comm_;
+  Layout layout_;
+  bool worker_ = false, server_ = false;
+  std::vector<Shard> shards_;
+  double own_weight_ = 0;                // the weight message this rank sends (alive until the call ends)
+  std::vector<double> remote_weights_;   // weights received, by worker index
+  std::vector<std::byte> partial_acc_;   // grow-only: a partial step's aggregate of this rank's partitions
+  std::vector<std::size_t> recv_index_;  // grow-only: per contributor, where its receives start
+};
+
+void PushPullState::push(std::size_t ki, const std::byte* data, double weight) {
+  const auto& e = layout_.keys[ki];
+  const auto parts = layout_.partitions_of(ki);
+  if (parts.empty()) return;
+  const int me = comm_.rank();
+  Signature sig{Kind::push, e.spec.count, e.spec.dtype, ReduceOp::sum, -1, Algo::none};
+  sig.layout = key_salt(e.spec.key, 1);
+  Call call(comm_, sig);
+  std::size_t index = 0;
+  // 1. As a worker: to each other server, the weight, then the partitions it serves.
+  if (worker_) {
+    own_weight_ = weight;
+    const auto weight_bytes = std::as_bytes(std::span(&own_weight_, 1));
+    int previous = -1;
+    for (const auto& p : parts) {
+      if (p.server == me) continue;
+      if (p.server != previous) call.send(index++, p.server, weight_bytes);
+      previous = p.server;
+      call.send(index++, p.server, std::span(data + p.first * e.esize, p.count * e.esize));
+    }
+  }
+  // 2. As a server: every receive posted at once, then each partition added in worker rank order.
+  auto& sh = shards_[ki];
+  if (sh.partitions > 0) {
+    const std::size_t shard_bytes = (sh.hi - sh.lo) * e.esize;
+    const std::size_t nworkers = layout_.workers.size();
+    auto staging = call.scratch(nworkers * shard_bytes);
+    const std::size_t recv_base = index;
+    const std::size_t per_worker = sh.partitions + 1;  // weight, then partitions
+    for (std::size_t w = 0; w < nworkers; ++w) {
+      const int rank = layout_.workers[w];
+      if (rank == me) continue;
+      call.recv(recv_base + w * per_worker, rank, std::as_writable_bytes(std::span(&remote_weights_[w], 1)));
+      for (std::size_t q = 0; q < sh.partitions; ++q) {
+        const auto& p = parts[sh.first_partition + q];
+        call.recv(recv_base + w * per_worker + 1 + q, rank,
+                  staging.subspan(w * shard_bytes + (p.first - sh.lo) * e.esize, p.count * e.esize));
+      }
+    }
+    for (std::size_t w = 0; w < nworkers; ++w) {
+      if (layout_.workers[w] == me)
+        remote_weights_[w] = weight;
+      else
+        call.wait(recv_base + w * per_worker);
+      check_weight(e.spec.dtype, remote_weights_[w], "push (a worker's weight)");
+    }
+    const bool first_push = !sh.round_open;
+    const std::size_t acc_size = dtype_size(accumulator_type(e.spec.dtype));
+    for (std::size_t q = 0; q < sh.partitions; ++q) {
+      const auto& p = parts[sh.first_partition + q];
+      for (std::size_t w = 0; w < nworkers; ++w) {
+        const std::byte* src;
+        if (layout_.workers[w] == me) {
+          src = data + p.first * e.esize;
+        } else {
+          call.wait(recv_base + w * per_worker + 1 + q);
+          src = staging.data() + w * shard_bytes + (p.first - sh.lo) * e.esize;
+        }
+        accumulate(e.spec.dtype, sh.acc.data() + (p.first - sh.lo) * acc_size, src, p.count, remote_weights_[w],
+                   first_push && w == 0);
+      }
+    }
+    if (first_push) sh.total_weight = 0;
+    for (std::size_t w = 0; w < nworkers; ++w) sh.total_weight += remote_weights_[w];
+    sh.round_open = true;
+    sh.result_op.reset();
+  }
+  call.wait_all();
+}
+
+void PushPullState::pull(std::size_t ki, std::byte* out, ReduceOp op) {
+  const auto& e = layout_.keys[ki];
+  const auto parts = layout_.partitions_of(ki);
+  if (parts.empty()) return;
+  const int me = comm_.rank();
+  Signature sig{Kind::pull, e.spec.count, e.spec.dtype, op, -1, Algo::none};
+  sig.layout = key_salt(e.spec.key, 2);
+  Call call(comm_, sig);
+  std::size_t index = 0;
+  // 1. As a server: this server's partitions of the aggregate to every other worker.
+  auto& sh = shards_[ki];
+  if (sh.partitions > 0) {
+    const std::size_t n = sh.hi - sh.lo;
+    const std::byte* src = sh.acc.data();
+    if (!finish_is_copy(e.spec.dtype, op)) {
+      if (sh.result_op != op) {
+        sh.result.resize(n * e.esize);
+        finish(e.spec.dtype, op, sh.acc.data(), sh.result.data(), n, sh.total_weight);
+        sh.result_op = op;
+      }
+      src = sh.result.data();
+    }
+    for (int rank : layout_.workers) {
+      if (rank == me) continue;
+      for (std::size_t q = 0; q < sh.partitions; ++q) {
+        const auto& p = parts[sh.first_partition + q];
+        call.send(index++, rank, std::span(src + (p.first - sh.lo) * e.esize, p.count * e.esize));
+      }
+    }
+    if (worker_) std::memcpy(out + sh.lo * e.esize, src, n * e.esize);
+    sh.round_open = false;
+  }
+  // 2. As a worker: the other servers' partitions.
+  if (worker_) {
+    for (const auto& p : parts)
+      if (p.server != me) call.recv(index++, p.server, std::span(out + p.first * e.esize, p.count * e.esize));
+  }
+  call.wait_all();
+}
+
+// A partial step's data movement: the key's partitions spread by range over
+// the step's contributors (a late rank cannot serve the step it missed), each
+// aggregated by its owner in contributor order with the contributors' weights
+// and sent back to every contributor. Per pair of contributors, data messages
+// precede result messages, in partition order, on both sides.
+void PushPullState::partial_reduce(Call& call, std::size_t ki, ReduceOp op,
+                                   std::span<const partial::Contributor> contributors, const std::byte* send,
+                                   std::byte* result) {
+  const auto& e = layout_.keys[ki];
+  const auto parts = layout_.partitions_of(ki);
+  const std::size_t m = contributors.size();
+  const int me = comm_.rank();
+  auto owner = [&](const Partition& p) { return range_owner(p.first, p.count, e.spec.count, m); };
+  std::size_t my_index = 0;
+  while (contributors[my_index].rank != me) ++my_index;
+  std::size_t qa = parts.size(), qb = parts.size();  // this rank's partitions [qa, qb)
+  for (std::size_t q = 0; q < parts.size(); ++q) {
+    if (owner(parts[q]) != my_index) continue;
+    if (qa == parts.size()) qa = q;
+    qb = q + 1;
+  }
+  const std::size_t lo = qa < qb ? parts[qa].first : 0;
+  const std::size_t hi = qa < qb ? parts[qb - 1].first + parts[qb - 1].count : 0;
+  const std::size_t shard_bytes = (hi - lo) * e.esize;
+  auto staging = call.scratch(m * shard_bytes);
+  const std::size_t acc_size = dtype_size(accumulator_type(e.spec.dtype));
+  if (partial_acc_.size() < (hi - lo) * acc_size) partial_acc_.resize((hi - lo) * acc_size);
+  double total = 0;
+  for (const auto& c : contributors) total += c.weight;
+
+  // 1. Receives from each other contributor: its data for my partitions, then the results of its partitions.
+  std::size_t index = 0;
+  recv_index_.assign(m, 0);
+  for (std::size_t i = 0; i < m; ++i) {
+    if (i == my_index) continue;
+    recv_index_[i] = index;
+    for (std::size_t q = qa; q < qb; ++q)
+      call.recv(index++, contributors[i].rank,
+                staging.subspan(i * shard_bytes + (parts[q].first - lo) * e.esize, parts[q].count * e.esize));
+    for (const auto& p : parts)
+      if (owner(p) == i) call.recv(index++, contributors[i].rank, std::span(result + p.first * e.esize, p.count * e.esize));
+  }
+  // 2. My data for the other owners' partitions.
+  for (const auto& p : parts) {
+    const std::size_t o = owner(p);
+    if (o != my_index) call.send(index++, contributors[o].rank, std::span(send + p.first * e.esize, p.count * e.esize));
+  }
+  // 3. My partitions: aggregate in contributor order, finish, send to every other contributor.
+  for (std::size_t q = qa; q < qb; ++q) {
+    const auto& p = parts[q];
+    std::byte* acc = partial_acc_.data() + (p.first - lo) * acc_size;
+    for (std::size_t i = 0; i < m; ++i) {
+      const std::byte* src = send + p.first * e.esize;
+      if (i != my_index) {
+        call.wait(recv_index_[i] + (q - qa));
+        src = staging.data() + i * shard_bytes + (p.first - lo) * e.esize;
+      }
+      accumulate(e.spec.dtype, acc, src, p.count, contributors[i].weight, i == 0);
+    }
+    std::byte* out = result + p.first * e.esize;
+    finish(e.spec.dtype, op, acc, out, p.count, total);
+    for (std::size_t i = 0; i < m; ++i)
+      if (i != my_index) call.send(index++, contributors[i].rank, std::span(out, p.count * e.esize));
+  }
+  call.wait_all();
+}
+
+PartialResult PushPullState::partial_push(std::size_t ki, const void* data, void* result, ReduceOp op,
+                                          const PartialOptions& opts) {
+  const auto& e = layout_.keys[ki];
+  if (layout_.workers.size() != static_cast<std::size_t>(comm_.size()) ||
+      layout_.servers.size() != static_cast<std::size_t>(comm_.size()))
+    raise<UnsupportedError>("partial_push: the round is aggregated by its contributors, so every rank must be a "
+                            "worker; this PushPull has dedicated servers");
+  ANTDT_CHECK_ARG(op == ReduceOp::sum || op == ReduceOp::avg, "partial_push: op must be sum or avg, got ",
+                  op_name(op));
+  ANTDT_CHECK_ARG(op == ReduceOp::sum || is_float(e.spec.dtype), "partial_push: avg needs a floating-point dtype; key ",
+                  e.spec.key, " is ", dtype_name(e.spec.dtype));
+  check_weight(e.spec.dtype, opts.weight, "partial_push");
+  const coll::PartialReduce reduce = [this, ki, op](Call& call, std::span<const partial::Contributor> contributors,
+                                                    const std::byte* send, std::byte* out) {
+    partial_reduce(call, ki, op, contributors, send, out);
+  };
+  return coll::partial_step(comm_, data, result, e.spec.count, e.spec.dtype, op, opts,
+                            coll::PartialStepKind{key_salt(e.spec.key, 3), &reduce});
+}
+
+}  // namespace antdt::detail
+
+namespace antdt {
+namespace {
+
+// A blocking call: recorded when a group is open, else run now, after the
+// non-blocking collectives issued before it (collectives/collectives.cpp does the same).
+template <class Run>
+void run_or_record(detail::CommImpl& comm, Run&& run) {
+  if (comm.collective_state()) {
+    auto& state = coll::suite(comm);
+    if (state.in_group()) {
+      state.record(coll::GroupedCollective{.run = std::function<void()>(std::forward<Run>(run))});
+      return;
+    }
+    state.run_queued();
+  }
+  run();
+}
+
+Request enqueue(detail::CommImpl& comm, std::function<void()> run, const char* what) {
+  auto& state = coll::suite(comm);
+  ANTDT_CHECK_ARG(!state.in_group(), what,
+                  ": non-blocking calls cannot be issued inside a group (the group itself runs at group_end())");
+  return Request(state.enqueue(std::move(run)));
+}
+
+}  // namespace
+
+PushPull::PushPull(Communicator& comm, std::span<const PushPullKey> keys, const PushPullOptions& opts) {
+  detail::CommImpl& impl = comm.impl();
+  impl.check_usable();
+  const std::size_t partition_bytes = opts.partition_bytes != 0 ? opts.partition_bytes : impl.config().ps_partition_bytes;
+  auto layout = coll::ps::Layout::make(keys, opts.servers, comm.size(), partition_bytes);
+  ANTDT_CHECK_ARG(!impl.collective_state() || !coll::suite(impl).in_group(),
+                  "PushPull: cannot be created inside a group (it checks the key table with a collective)");
+  // Every rank must have built the same layout: compare the hashes.
+  const std::uint64_t mine = layout.hash();
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(comm.size()));
+  comm.allgather(&mine, all.data(), 1, DataType::u64);
+  for (int r = 0; r < comm.size(); ++r)
+    if (all[static_cast<std::size_t>(r)] != all[0])
+      raise<MismatchError>("PushPull: rank ", r, "'s key table or options (keys, counts, dtypes, servers, partition ",
+                           "size) differ from rank 0's; every rank must pass the same");
+  state_ = std::make_shared<detail::PushPullState>(impl, std::move(layout));
+}
+
+PushPull::~PushPull() = default;
+PushPull::PushPull(PushPull&&) noexcept = default;
+PushPull& PushPull::operator=(PushPull&&) noexcept = default;
+
+bool PushPull::is_worker() const noexcept { return state_->worker(); }
+bool PushPull::is_server() const noexcept { return state_->server(); }
+int PushPull::workers() const noexcept { return static_cast<int>(state_->layout().workers.size()); }
+std::vector<int> PushPull::servers() const { return state_->layout().servers; }
+
+std::vector<PushPullPartition> PushPull::partitions(std::uint64_t key) const {
+  const auto& l = state_->layout();
+  std::vector<PushPullPartition> out;
+  for (const auto& p : l.partitions_of(l.key_index(key))) out.push_back({key, p.first, p.count, p.server});
+  return out;
+}
+
+void PushPull::push(std::uint64_t key, const void* data, double weight) {
+  const std::size_t ki = state_->layout().key_index(key);
+  state_->check_push(ki, data, weight);
+  state_->comm().check_usable();
+  auto* st = state_.get();
+  run_or_record(st->comm(), [st, ki, data, weight] { st->push(ki, static_cast<const std::byte*>(data), weight); });
+}
+
+void PushPull::pull(std::uint64_t key, void* out, ReduceOp op) {
+  const std::size_t ki = state_->layout().key_index(key);
+  state_->check_pull(ki, out, op);
+  state_->comm().check_usable();
+  auto* st = state_.get();
+  run_or_record(st->comm(), [st, ki, out, op] { st->pull(ki, static_cast<std::byte*>(out), op); });
+}
+
+Request PushPull::ipush(std::uint64_t key, const void* data, double weight) {
+  const std::size_t ki = state_->layout().key_index(key);
+  state_->check_push(ki, data, weight);
+  // The request keeps the state alive: it may run after this object is gone.
+  return enqueue(state_->comm(), [st = state_, ki, data, weight] {
+    st->push(ki, static_cast<const std::byte*>(data), weight);
+  }, "ipush");
+}
+
+Request PushPull::ipull(std::uint64_t key, void* out, ReduceOp op) {
+  const std::size_t ki = state_->layout().key_index(key);
+  state_->check_pull(ki, out, op);
+  return enqueue(state_->comm(), [st = state_, ki, out, op] { st->pull(ki, static_cast<std::byte*>(out), op); },
+                 "ipull");
+}
+
+PartialResult PushPull::partial_push(std::uint64_t key, const void* data, void* result, ReduceOp op,
+                                     const PartialOptions& opts) {
+  const std::size_t ki = state_->layout().key_index(key);
+  return state_->partial_push(ki, data, result, op, opts);
+}
+
+}  // namespace antdt

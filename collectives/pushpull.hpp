@@ -1,0 +1,67 @@
+// Push-pull (parameter-server mode) internals: the key table's layout over
+// the servers, and the weighted aggregation kernels. The public class is in
+// include/antdt/pushpull.hpp; docs/collectives.md#push-pull has the design.
+#pragma once
+
+#include <antdt/pushpull.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace antdt::coll::ps {
+
+struct Partition {
+  std::size_t key_index = 0;  // into Layout::keys
+  std::size_t first = 0;      // first element of the key
+  std::size_t count = 0;      // elements
+  int server = -1;            // rank
+};
+
+struct KeyEntry {
+  PushPullKey spec;
+  std::size_t esize = 0;
+  std::size_t first_partition = 0;  // into Layout::partitions
+  std::size_t partitions = 0;
+};
+
+// Keys sorted by id; each key cut into partitions of at most partition_bytes
+// (equal sizes, element-aligned); the partitions, in key order, spread by
+// range over the servers in rank order, balanced by bytes. A server therefore
+// holds one contiguous element range of each key.
+struct Layout {
+  std::vector<KeyEntry> keys;
+  std::vector<Partition> partitions;
+  std::vector<int> servers;  // ascending
+  std::vector<int> workers;  // ascending
+  std::size_t partition_bytes = 0;
+
+  // Validates keys and options (InvalidArgument naming the fault).
+  static Layout make(std::span<const PushPullKey> keys, std::span<const int> servers, int nranks,
+                     std::size_t partition_bytes);
+  // Index into keys; InvalidArgument for an unknown key.
+  std::size_t key_index(std::uint64_t key) const;
+  std::span<const Partition> partitions_of(std::size_t key_index) const;
+  // What every rank must agree on (keys, counts, dtypes, partitioning, servers).
+  std::uint64_t hash() const noexcept;
+};
+
+// Cuts `count` elements of `esize` bytes into parts of at most
+// `partition_bytes` (at least one element each): {first, count} pairs.
+std::vector<std::pair<std::size_t, std::size_t>> split(std::size_t count, std::size_t esize,
+                                                       std::size_t partition_bytes);
+
+// The dtype aggregates are kept in: f32 for f16/bf16, the dtype itself otherwise.
+DataType accumulator_type(DataType t) noexcept;
+// Checks that `weight` suits `t` (finite, >= 0; integral for integer dtypes).
+void check_weight(DataType t, double weight, const char* what);
+// acc[0, n) (accumulator_type(t)) = (first ? 0 : acc) + weight * src[0, n) (t),
+// element by element; integer sums wrap.
+void accumulate(DataType t, std::byte* acc, const std::byte* src, std::size_t n, double weight, bool first);
+// out[0, n) (t) = acc (sum) or acc / total_weight (avg; zeros when total_weight is 0).
+void finish(DataType t, ReduceOp op, const std::byte* acc, std::byte* out, std::size_t n, double total_weight);
+// True when finish() for (t, op) is a plain copy, so acc can be sent as it is.
+bool finish_is_copy(DataType t, ReduceOp op) noexcept;
+
+}  // namespace antdt::coll::ps

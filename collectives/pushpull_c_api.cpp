@@ -1,0 +1,98 @@
+// The push-pull C API (include/antdt/pushpull.h) over antdt::PushPull.
+#include <antdt/pushpull.h>
+#include <antdt/pushpull.hpp>
+
+#include "core/c_api.hpp"
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+
+#include <memory>
+#include <vector>
+
+struct antdtPushPull {
+  antdt::PushPull pp;
+};
+
+namespace {
+
+antdt::PushPull& unwrap(antdtPushPull_t pp) {
+  ANTDT_CHECK_ARG(pp != nullptr, "push-pull handle is null");
+  return pp->pp;
+}
+
+antdt::DataType to_dtype(antdtDataType_t t) {
+  auto d = static_cast<antdt::DataType>(t);
+  antdt::check_dtype(d);
+  return d;
+}
+
+antdt::ReduceOp to_op(antdtReduceOp_t o) {
+  auto op = static_cast<antdt::ReduceOp>(o);
+  antdt::check_op(op);
+  return op;
+}
+
+}  // namespace
+
+extern "C" {
+
+antdtStatus_t antdtPushPullCreate(antdtPushPull_t* pp, antdtComm_t comm, const antdtPushPullKey* keys, size_t nkeys,
+                                  const antdtPushPullOptions* opts) {
+  return antdt::detail::c_api_guarded([&] {
+    ANTDT_CHECK_ARG(pp != nullptr, "output push-pull pointer is null");
+    *pp = nullptr;
+    ANTDT_CHECK_ARG(nkeys == 0 || keys != nullptr, "key table is null with ", nkeys, " keys");
+    antdt::PushPullOptions o;
+    if (opts != nullptr) {
+      ANTDT_CHECK_ARG(opts->struct_size >= sizeof(antdtPushPullOptions), "antdtPushPullOptions.struct_size is ",
+                      opts->struct_size, ", expected at least ", sizeof(antdtPushPullOptions),
+                      " (set it to sizeof(antdtPushPullOptions))");
+      ANTDT_CHECK_ARG(opts->nservers >= 0 && (opts->nservers == 0 || opts->servers != nullptr),
+                      "antdtPushPullOptions: servers is null or nservers negative (", opts->nservers, ")");
+      o.servers.assign(opts->servers, opts->servers + opts->nservers);
+      o.partition_bytes = opts->partition_bytes;
+    }
+    std::vector<antdt::PushPullKey> table;
+    table.reserve(nkeys);
+    for (size_t i = 0; i < nkeys; ++i) table.push_back({keys[i].key, keys[i].count, to_dtype(keys[i].dtype)});
+    auto handle = std::make_unique<antdtPushPull>(
+        antdtPushPull{antdt::PushPull(antdt::detail::c_api_comm(comm), table, o)});
+    *pp = handle.release();  // owned by the caller until antdtPushPullDestroy
+  });
+}
+
+antdtStatus_t antdtPushPullDestroy(antdtPushPull_t pp) {
+  return antdt::detail::c_api_guarded([&] { std::unique_ptr<antdtPushPull> owned(pp); });
+}
+
+antdtStatus_t antdtPush(antdtPushPull_t pp, uint64_t key, const void* data, double weight) {
+  return antdt::detail::c_api_guarded([&] { unwrap(pp).push(key, data, weight); });
+}
+
+antdtStatus_t antdtPull(antdtPushPull_t pp, uint64_t key, void* out, antdtReduceOp_t op) {
+  return antdt::detail::c_api_guarded([&] { unwrap(pp).pull(key, out, to_op(op)); });
+}
+
+antdtStatus_t antdtPartialPush(antdtPushPull_t pp, uint64_t key, const void* data, void* result, antdtReduceOp_t op,
+                               const antdtPartialOptions* opts, antdtPartialResult* result_info) {
+  return antdt::detail::c_api_guarded([&] {
+    ANTDT_CHECK_ARG(opts != nullptr, "partial options pointer is null");
+    ANTDT_CHECK_ARG(opts->struct_size >= sizeof(antdtPartialOptions), "antdtPartialOptions.struct_size is ",
+                    opts->struct_size, ", expected at least ", sizeof(antdtPartialOptions));
+    ANTDT_CHECK_ARG(result_info == nullptr || result_info->struct_size >= sizeof(antdtPartialResult),
+                    "antdtPartialResult.struct_size is ", result_info ? result_info->struct_size : 0,
+                    ", expected at least ", sizeof(antdtPartialResult));
+    antdt::PartialOptions o{static_cast<antdt::LatePolicy>(opts->policy), opts->weight, opts->staleness,
+                            opts->samples};
+    const antdt::PartialResult r = unwrap(pp).partial_push(key, data, result, to_op(op), o);
+    if (result_info == nullptr) return;
+    result_info->step = r.step;
+    result_info->fate = static_cast<antdtFate_t>(r.fate);
+    result_info->contribution_step = r.contribution_step;
+    result_info->participants = r.participants;
+    result_info->total_weight = r.total_weight;
+    result_info->steps_behind = r.steps_behind;
+  });
+}
+
+}  // extern "C"
