@@ -15,6 +15,7 @@
 // lets weight-0 calls fetch those results without any message.
 #include "collectives/algorithms.hpp"
 #include "collectives/collectives.hpp"
+#include "collectives/device_collectives.hpp"
 #include "collectives/partial_step.hpp"
 #include "collectives/step_timing.hpp"
 #include "core/dtype.hpp"
@@ -230,6 +231,8 @@ void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision
 
 PartialResult partial_allreduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count,
                                 DataType dtype, ReduceOp op, const PartialOptions& opts) {
+  // Device buffers: staged whole through host memory around this same call.
+  if (device::is_device_call(send, recv)) return device::partial_allreduce(comm, send, recv, count, dtype, op, opts);
   return partial_step(comm, send, recv, count, dtype, op, opts, PartialStepKind{});
 }
 

@@ -13,6 +13,7 @@
 #include "core/log.hpp"
 #include "core/net.hpp"
 #include "core/topology.hpp"
+#include "cuda/nvtx.hpp"
 #include "scheduler/inject.hpp"
 #include "transport/fault/fault_transport.hpp"
 #include "transport/inproc/inproc_transport.hpp"
@@ -214,10 +215,15 @@ PartialResult Communicator::partial_allreduce(const void* send, void* recv, std:
 PartialResult Communicator::partial_finish() { return coll::partial_finish(*impl_); }
 StragglerClass Communicator::straggler_class(int rank) const { return coll::straggler_class(*impl_, rank); }
 
-void Communicator::begin_step() { coll::begin_step(*impl_); }
+// NVTX: a range per training step (ANTDT_NVTX=1), pushed here and popped by end_step.
+void Communicator::begin_step() {
+  coll::begin_step(*impl_);
+  if (cuda::nvtx_enabled()) cuda::nvtx_push("antdt step");
+}
 void Communicator::begin_compute(void* stream) { coll::begin_compute(*impl_, stream); }
 void Communicator::end_compute(void* stream) { coll::end_compute(*impl_, stream); }
 void Communicator::end_step(std::uint64_t samples) {
+  if (cuda::nvtx_enabled()) cuda::nvtx_pop();
   coll::end_step(*impl_, samples, coll::straggler_class(*impl_, impl_->rank()));
 }
 

@@ -5,6 +5,7 @@
 #include <antdt/comm.hpp>
 
 #include "collectives/collectives.hpp"
+#include "collectives/device_collectives.hpp"
 #include "collectives/suite.hpp"
 #include "core/c_api.hpp"
 #include "core/communicator.hpp"
@@ -58,6 +59,26 @@ void Communicator::recv(void* buf, std::size_t count, DataType dtype, int peer) 
 }
 void Communicator::group_start() { coll::group_start(*impl_); }
 void Communicator::group_end() { coll::group_end(*impl_); }
+
+void Communicator::allreduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+                             void* stream) {
+  coll::allreduce_on(*impl_, send, recv, count, dtype, op, stream);
+}
+void Communicator::broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root,
+                             void* stream) {
+  coll::broadcast_on(*impl_, send, recv, count, dtype, root, stream);
+}
+void Communicator::reduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op, int root,
+                          void* stream) {
+  coll::reduce_on(*impl_, send, recv, count, dtype, op, root, stream);
+}
+void Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType dtype, ReduceOp op,
+                                  void* stream) {
+  coll::reduce_scatter_on(*impl_, send, recv, recv_count, dtype, op, stream);
+}
+void Communicator::allgather(const void* send, void* recv, std::size_t send_count, DataType dtype, void* stream) {
+  coll::allgather_on(*impl_, send, recv, send_count, dtype, stream);
+}
 
 Request Communicator::iallreduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op) {
   return Request(coll::iallreduce(*impl_, send, recv, count, dtype, op));
@@ -162,6 +183,34 @@ antdtStatus_t antdtGroupStart(antdtComm_t comm) {
 
 antdtStatus_t antdtGroupEnd(antdtComm_t comm) {
   return c_api_guarded([&] { c_api_comm(comm).group_end(); });
+}
+
+antdtStatus_t antdtAllReduceStream(const void* sendbuf, void* recvbuf, size_t count, antdtDataType_t dtype,
+                                   antdtReduceOp_t op, antdtComm_t comm, void* stream) {
+  return c_api_guarded(
+      [&] { c_api_comm(comm).allreduce(sendbuf, recvbuf, count, to_dtype(dtype), to_op(op), stream); });
+}
+
+antdtStatus_t antdtBroadcastStream(const void* sendbuf, void* recvbuf, size_t count, antdtDataType_t dtype, int root,
+                                   antdtComm_t comm, void* stream) {
+  return c_api_guarded([&] { c_api_comm(comm).broadcast(sendbuf, recvbuf, count, to_dtype(dtype), root, stream); });
+}
+
+antdtStatus_t antdtReduceStream(const void* sendbuf, void* recvbuf, size_t count, antdtDataType_t dtype,
+                                antdtReduceOp_t op, int root, antdtComm_t comm, void* stream) {
+  return c_api_guarded(
+      [&] { c_api_comm(comm).reduce(sendbuf, recvbuf, count, to_dtype(dtype), to_op(op), root, stream); });
+}
+
+antdtStatus_t antdtReduceScatterStream(const void* sendbuf, void* recvbuf, size_t recvcount, antdtDataType_t dtype,
+                                       antdtReduceOp_t op, antdtComm_t comm, void* stream) {
+  return c_api_guarded(
+      [&] { c_api_comm(comm).reduce_scatter(sendbuf, recvbuf, recvcount, to_dtype(dtype), to_op(op), stream); });
+}
+
+antdtStatus_t antdtAllGatherStream(const void* sendbuf, void* recvbuf, size_t sendcount, antdtDataType_t dtype,
+                                   antdtComm_t comm, void* stream) {
+  return c_api_guarded([&] { c_api_comm(comm).allgather(sendbuf, recvbuf, sendcount, to_dtype(dtype), stream); });
 }
 
 }  // extern "C"

@@ -131,6 +131,24 @@ ANTDT_API antdtStatus_t antdtRecv(void* recvbuf, size_t count, antdtDataType_t d
 ANTDT_API antdtStatus_t antdtGroupStart(antdtComm_t comm);
 ANTDT_API antdtStatus_t antdtGroupEnd(antdtComm_t comm);
 
+/* ---- Device buffers (docs/gpu.md) ----
+ * Every collective accepts device memory (cudaMalloc). These variants name the
+ * cudaStream_t (as void*; NULL: the legacy default stream) that the call is
+ * ordered after and that waits for its result, as in NCCL: synchronise the
+ * stream before reading the result on the host. With host buffers and a
+ * non-NULL stream, the stream's work is waited for first. */
+ANTDT_API antdtStatus_t antdtAllReduceStream(const void* sendbuf, void* recvbuf, size_t count, antdtDataType_t dtype,
+                                             antdtReduceOp_t op, antdtComm_t comm, void* stream);
+ANTDT_API antdtStatus_t antdtBroadcastStream(const void* sendbuf, void* recvbuf, size_t count, antdtDataType_t dtype,
+                                             int root, antdtComm_t comm, void* stream);
+ANTDT_API antdtStatus_t antdtReduceStream(const void* sendbuf, void* recvbuf, size_t count, antdtDataType_t dtype,
+                                          antdtReduceOp_t op, int root, antdtComm_t comm, void* stream);
+ANTDT_API antdtStatus_t antdtReduceScatterStream(const void* sendbuf, void* recvbuf, size_t recvcount,
+                                                 antdtDataType_t dtype, antdtReduceOp_t op, antdtComm_t comm,
+                                                 void* stream);
+ANTDT_API antdtStatus_t antdtAllGatherStream(const void* sendbuf, void* recvbuf, size_t sendcount,
+                                             antdtDataType_t dtype, antdtComm_t comm, void* stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -296,6 +296,26 @@ class ANTDT_API Communicator {
   }
   // ---- end of the collective suite ----
 
+  // -------------------------------------------------------------------------
+  // Device buffers (docs/gpu.md). Every collective above also accepts device
+  // memory (cudaMalloc) for its buffers; such a call is ordered after the
+  // work already enqueued on a CUDA stream and makes that stream wait for its
+  // result (as NCCL does), so the caller synchronises the stream before it
+  // reads the result on the host. Without a stream argument that is the
+  // legacy default stream. These overloads name the stream (a cudaStream_t;
+  // nullptr: the legacy default stream). With host buffers and a non-null
+  // stream, the stream's work is waited for first (it may be writing them),
+  // then the call runs as without one. Every rank must pass the same kind of
+  // memory. Host waits are bounded by ANTDT_TIMEOUT_MS; ANTDT_GPU_PATH
+  // chooses between staging through host memory and CUDA IPC.
+  // -------------------------------------------------------------------------
+  void allreduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op, void* stream);
+  void broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root, void* stream);
+  void reduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op, int root, void* stream);
+  void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType dtype, ReduceOp op,
+                      void* stream);
+  void allgather(const void* send, void* recv, std::size_t send_count, DataType dtype, void* stream);
+
   template <class T>
   void allreduce(std::span<const T> send, std::span<T> recv, ReduceOp op) {
     check_same_extent(send.size(), recv.size());

@@ -1,0 +1,630 @@
+// The logic of collectives on device buffers (collectives/device_plan.*,
+// collectives/device_collectives.*), run on any machine: a fake DeviceBackend
+// whose "device" memory is host memory registered with it, and whose copies
+// and reductions run only when the code waits for them (or polls a staging
+// slot), in order, as on a CUDA stream. A missing wait, a slot reused too
+// early or a peer's buffer read before its owner finished shows up as wrong
+// data. Results are checked against tests/unit/reference.hpp.
+#include "comm_fixture.hpp"
+#include "reference.hpp"
+
+#include "collectives/device_collectives.hpp"
+#include "collectives/device_plan.hpp"
+#include "core/dtype.hpp"
+#include "cuda/device_work.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+namespace antdt::test {
+namespace {
+
+using namespace std::chrono_literals;
+using coll::device::LastPath;
+using coll::device::PeerRecord;
+using coll::device::Slice;
+
+// ---------------------------------------------------------------------------
+// The fake device
+// ---------------------------------------------------------------------------
+class FakeDevice;
+
+// One call's work: a FIFO of deferred operations, run by wait() or by polling
+// a staging slot (everything up to that slot's last operation).
+class FakeWork final : public cuda::DeviceWork, public cuda::CopyEngine {
+ public:
+  FakeWork(FakeDevice& device, std::deque<std::function<void()>> earlier);
+  ~FakeWork() override;
+
+  // DeviceWork
+  cuda::CopyEngine& staging(void* range, std::size_t bytes) override {
+    range_ = static_cast<std::byte*>(range);
+    range_bytes_ = bytes;
+    return *this;
+  }
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    enqueue([dst, src, bytes] { std::memmove(dst, src, bytes); });
+  }
+  void reduce_into(DataType dtype, ReduceOp op, void* out, const void* a, const void* b,
+                   std::size_t count) override {
+    const std::size_t n = count * dtype_size(dtype);
+    const ReduceOp as = op == ReduceOp::avg ? ReduceOp::sum : op;
+    enqueue([=] {
+      antdt::reduce_into(dtype, as, std::span(static_cast<std::byte*>(out), n),
+                         std::span(static_cast<const std::byte*>(a), n), std::span(static_cast<const std::byte*>(b), n));
+    });
+  }
+  void finish_avg(DataType dtype, void* data, std::size_t count, std::size_t nranks) override {
+    const std::size_t n = count * dtype_size(dtype);
+    enqueue([=] { antdt::finish_avg(dtype, std::span(static_cast<std::byte*>(data), n), nranks); });
+  }
+  bool wait(std::chrono::nanoseconds) override {
+    run_through(enqueued_);
+    return true;
+  }
+  void complete() override;
+  std::optional<cuda::IpcHandle> ipc_export(const void* p, std::size_t bytes, std::string* why) override;
+  std::byte* ipc_map(const cuda::IpcHandle& handle) override;
+
+  // CopyEngine: two slots of the device's slot size.
+  std::size_t slot_count() const override { return slots_->size(); }
+  std::size_t slot_bytes() const override { return (*slots_)[0].size(); }
+  std::span<std::byte> slot(std::size_t s) override { return slots_->at(s); }
+  // The operations hold the slots: as pinned slots in the real engine pool,
+  // they outlive the call whose copies may still be pending.
+  void start_download(std::size_t s, std::size_t offset, std::size_t bytes) override {
+    check_range(offset, bytes);
+    std::byte* from = range_ + offset;
+    slot_end_[s] = enqueue([=, slots = slots_] { std::memcpy(slots->at(s).data(), from, bytes); }) + 1;
+  }
+  void start_upload(std::size_t s, std::size_t offset, std::size_t bytes) override {
+    check_range(offset, bytes);
+    std::byte* to = range_ + offset;
+    slot_end_[s] = enqueue([=, slots = slots_] { std::memcpy(to, slots->at(s).data(), bytes); }) + 1;
+  }
+  bool slot_done(std::size_t s) override {
+    if (executed_ >= slot_end_.at(s)) return true;
+    // A copy takes one more poll than it was asked, as a DMA engine would.
+    if (!polled_once_[s]) {
+      polled_once_[s] = true;
+      return false;
+    }
+    polled_once_[s] = false;
+    run_through(slot_end_[s]);
+    return true;
+  }
+
+ private:
+  std::size_t enqueue(std::function<void()> op) {
+    queue_.push_back(std::move(op));
+    return enqueued_++;
+  }
+  // Runs queued operations [executed_, end).
+  void run_through(std::size_t end) {
+    while (executed_ < end) {
+      queue_.front()();
+      queue_.pop_front();
+      ++executed_;
+    }
+  }
+  void check_range(std::size_t offset, std::size_t bytes) const {
+    if (offset > range_bytes_ || bytes > range_bytes_ - offset) throw InternalError("fake staging: out of range");
+  }
+
+  FakeDevice& device_;
+  std::deque<std::function<void()>> queue_;
+  std::size_t enqueued_ = 0, executed_ = 0;
+  std::shared_ptr<std::vector<std::vector<std::byte>>> slots_;
+  std::vector<std::size_t> slot_end_;  // the queue position after the slot's last operation
+  std::vector<bool> polled_once_;
+  std::byte* range_ = nullptr;
+  std::size_t range_bytes_ = 0;
+};
+
+class FakeDevice final : public cuda::DeviceBackend {
+ public:
+  explicit FakeDevice(std::size_t slot_bytes = 40) : slot_bytes_(slot_bytes) {}
+
+  // "Device" memory: host bytes registered as device.
+  std::byte* allocate(std::size_t bytes) {
+    std::lock_guard lock(mu_);
+    auto& block = blocks_.emplace_back(bytes + 1);
+    return block.data();
+  }
+  void deny_export(const void* p) {
+    std::lock_guard lock(mu_);
+    no_export_.insert(p);
+  }
+  // The caller's stream synchronised: runs this thread's operations still pending.
+  void drain_this_thread() {
+    std::deque<std::function<void()>> pending = take_pending();
+    for (auto& op : pending) op();
+  }
+
+  bool is_device(const void* p) override {
+    std::lock_guard lock(mu_);
+    const auto* b = static_cast<const std::byte*>(p);
+    for (const auto& block : blocks_)
+      if (b >= block.data() && b < block.data() + block.size()) return true;
+    return false;
+  }
+  std::unique_ptr<cuda::DeviceWork> begin(const void* buffer, void*) override {
+    if (!is_device(buffer)) throw InternalError("fake begin: not device memory");
+    ++begins;
+    return std::make_unique<FakeWork>(*this, take_pending());
+  }
+  bool synchronize(void*, std::chrono::nanoseconds) override {
+    ++synchronizes;
+    return true;
+  }
+
+  std::size_t slot_bytes() const { return slot_bytes_; }
+  bool may_export(const void* p) {
+    std::lock_guard lock(mu_);
+    return no_export_.count(p) == 0;
+  }
+  // A finished work's operations not yet run: the next work on this thread
+  // (the same stream, in the real backend) runs them first.
+  void leave_pending(std::deque<std::function<void()>> ops) {
+    std::lock_guard lock(mu_);
+    auto& mine = pending_[std::this_thread::get_id()];
+    for (auto& op : ops) mine.push_back(std::move(op));
+  }
+
+  std::atomic<int> begins{0}, completes{0}, synchronizes{0}, exports{0};
+
+ private:
+  std::deque<std::function<void()>> take_pending() {
+    std::lock_guard lock(mu_);
+    auto it = pending_.find(std::this_thread::get_id());
+    if (it == pending_.end()) return {};
+    std::deque<std::function<void()>> ops = std::move(it->second);
+    pending_.erase(it);
+    return ops;
+  }
+
+  std::size_t slot_bytes_;
+  std::mutex mu_;
+  std::deque<std::vector<std::byte>> blocks_;
+  std::set<const void*> no_export_;
+  std::map<std::thread::id, std::deque<std::function<void()>>> pending_;
+};
+
+FakeWork::FakeWork(FakeDevice& device, std::deque<std::function<void()>> earlier)
+    : device_(device),
+      queue_(std::move(earlier)),
+      enqueued_(queue_.size()),
+      slots_(std::make_shared<std::vector<std::vector<std::byte>>>(2, std::vector<std::byte>(device.slot_bytes()))),
+      slot_end_(2, 0),
+      polled_once_(2, false) {}
+
+FakeWork::~FakeWork() { device_.leave_pending(std::move(queue_)); }
+
+void FakeWork::complete() { ++device_.completes; }
+
+std::optional<cuda::IpcHandle> FakeWork::ipc_export(const void* p, std::size_t bytes, std::string* why) {
+  if (!device_.may_export(p)) {
+    *why = "fake: export denied";
+    return std::nullopt;
+  }
+  ++device_.exports;
+  cuda::IpcHandle h;
+  h.bytes = bytes;
+  h.exporter_address = reinterpret_cast<std::uintptr_t>(p);
+  h.exporter = cuda::this_process();
+  h.device = 0;
+  return h;
+}
+
+std::byte* FakeWork::ipc_map(const cuda::IpcHandle& handle) {
+  auto* p = reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(handle.exporter_address));
+  if (!handle.from_this_process() || !device_.is_device(p)) throw InternalError("fake ipc_map: bad handle");
+  return p;
+}
+
+// ---------------------------------------------------------------------------
+// Plain logic
+// ---------------------------------------------------------------------------
+TEST(DevicePlan, SegmentsHoldWholeElements) {
+  EXPECT_EQ(coll::device::segment_bytes(40, 8), 40u);
+  EXPECT_EQ(coll::device::segment_bytes(40, 16), 32u);
+  EXPECT_EQ(coll::device::segment_bytes(8u << 20, 2), 8u << 20);
+  EXPECT_THROW(coll::device::segment_bytes(4, 8), InvalidArgument);
+}
+
+TEST(DevicePlan, IpcSlicesTileTheBufferInRankOrder) {
+  for (std::size_t count : {0u, 1u, 5u, 7u, 8u, 1001u}) {
+    for (int n = 1; n <= 5; ++n) {
+      std::size_t next = 0, largest = 0, smallest = count;
+      for (int r = 0; r < n; ++r) {
+        const Slice s = coll::device::ipc_slice(count, n, r);
+        EXPECT_EQ(s.first, next) << count << " elements, " << n << " ranks, rank " << r;
+        next = s.first + s.count;
+        largest = std::max(largest, s.count);
+        smallest = std::min(smallest, s.count);
+      }
+      EXPECT_EQ(next, count);
+      EXPECT_LE(largest - smallest, 1u);
+    }
+  }
+  EXPECT_THROW(coll::device::ipc_slice(4, 2, 2), InvalidArgument);
+}
+
+TEST(DevicePlan, PeerRecordsRoundTripAndRejectGarbage) {
+  PeerRecord rec;
+  rec.exportable = true;
+  rec.node = 0x1122334455667788ULL;
+  rec.send.bytes = 123;
+  rec.send.offset = 16;
+  rec.send.exporter_address = 0xdeadbeef00ULL;
+  rec.send.exporter = cuda::this_process();
+  rec.send.device = 3;
+  rec.send.cuda_handle[5] = std::byte{0x42};
+  rec.recv = rec.send;
+  rec.recv.exporter_address += 4096;
+  const PeerRecord back = PeerRecord::deserialize(rec.serialize());
+  EXPECT_TRUE(back.exportable);
+  EXPECT_EQ(back.node, rec.node);
+  EXPECT_EQ(back.send.bytes, 123u);
+  EXPECT_EQ(back.send.offset, 16u);
+  EXPECT_EQ(back.send.device, 3);
+  EXPECT_EQ(back.send.cuda_handle[5], std::byte{0x42});
+  EXPECT_EQ(back.recv.exporter_address, rec.send.exporter_address + 4096);
+  EXPECT_TRUE(back.send.from_this_process());
+
+  PeerRecord no;
+  no.node = 7;
+  no.reason = std::string(200, 'x');  // truncated on the wire
+  const PeerRecord no_back = PeerRecord::deserialize(no.serialize());
+  EXPECT_FALSE(no_back.exportable);
+  EXPECT_EQ(no_back.reason, std::string(PeerRecord::kReasonBytes, 'x'));
+
+  PeerRecord::Wire wire = rec.serialize();
+  wire[0] = std::byte{0};
+  EXPECT_THROW(PeerRecord::deserialize(wire), InvalidArgument);
+  EXPECT_THROW(PeerRecord::deserialize(std::span(wire).first(10)), InvalidArgument);
+}
+
+TEST(DevicePlan, PathIsIpcOnlyWhenEveryRankCanAndSharesANode) {
+  using coll::device::Path;
+  using coll::device::resolve_path;
+  std::vector<PeerRecord> recs(3);
+  for (auto& r : recs) {
+    r.exportable = true;
+    r.node = 9;
+  }
+  EXPECT_EQ(resolve_path(GpuPath::automatic, recs), Path::ipc);
+  EXPECT_EQ(resolve_path(GpuPath::ipc, recs), Path::ipc);
+  recs[2].node = 10;
+  EXPECT_EQ(resolve_path(GpuPath::automatic, recs), Path::staged);
+  try {
+    resolve_path(GpuPath::ipc, recs);
+    ADD_FAILURE() << "forced IPC across nodes must fail";
+  } catch (const UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 2"), std::string::npos) << e.what();
+  }
+  recs[2].node = 9;
+  recs[1].exportable = false;
+  recs[1].reason = "pool memory";
+  EXPECT_EQ(resolve_path(GpuPath::automatic, recs), Path::staged);
+  try {
+    resolve_path(GpuPath::ipc, recs);
+    ADD_FAILURE() << "forced IPC with an unexportable buffer must fail";
+  } catch (const UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("pool memory"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(coll::device::exchanges_records(GpuPath::staged, 4));
+  EXPECT_FALSE(coll::device::exchanges_records(GpuPath::automatic, 1));
+  EXPECT_TRUE(coll::device::exchanges_records(GpuPath::automatic, 2));
+  EXPECT_EQ(coll::device::node_identity(), coll::device::node_identity());
+}
+
+// A segment's host work that records what it saw and transforms it, so the
+// uploaded bytes prove the download, the order and the upload.
+class RecordingSegments final : public coll::device::SegmentWork {
+ public:
+  void run(std::size_t index, std::size_t offset, std::span<std::byte> host) override {
+    indexes.push_back(index);
+    offsets.push_back(offset);
+    for (auto& b : host) b = static_cast<std::byte>(static_cast<unsigned>(b) + 1);
+  }
+  std::vector<std::size_t> indexes, offsets;
+};
+
+TEST(DevicePlan, SegmentPipelineDownloadsTransformsAndUploadsEverySegmentOnce) {
+  FakeDevice dev(40);
+  coll::device::ScopedBackend use(dev);
+  for (std::size_t total : {0u, 1u, 39u, 40u, 41u, 400u, 1003u}) {
+    std::byte* range = dev.allocate(total);
+    for (std::size_t i = 0; i < total; ++i) range[i] = static_cast<std::byte>(i * 7);
+    {
+      auto work = dev.begin(range, nullptr);
+      cuda::CopyEngine& engine = work->staging(range, total);
+      RecordingSegments segs;
+      coll::device::run_segments(engine, total, 40, true, true, segs, coll::device::Clock::now() + 10s, "test");
+      ASSERT_EQ(segs.indexes.size(), (total + 39) / 40);
+      for (std::size_t k = 0; k < segs.indexes.size(); ++k) {
+        EXPECT_EQ(segs.indexes[k], k);
+        EXPECT_EQ(segs.offsets[k], 40 * k);
+      }
+      ASSERT_TRUE(work->wait(1s));
+    }
+    for (std::size_t i = 0; i < total; ++i)
+      ASSERT_EQ(range[i], static_cast<std::byte>(i * 7 + 1)) << "byte " << i << " of " << total;
+  }
+}
+
+TEST(DevicePlan, SegmentPipelineWithoutDownloadWaitsForTheSlotsPreviousUpload) {
+  // Upload only (a broadcast's receiving side): the host writes the slot, so
+  // the slot's previous upload must have finished, in this call or the last.
+  FakeDevice dev(16);
+  coll::device::ScopedBackend use(dev);
+  const std::size_t total = 16 * 9 + 5;
+  std::byte* range = dev.allocate(total);
+  struct Fill final : coll::device::SegmentWork {
+    void run(std::size_t index, std::size_t, std::span<std::byte> host) override {
+      for (auto& b : host) b = static_cast<std::byte>(index + 1);
+    }
+  } fill;
+  for (int call = 0; call < 2; ++call) {
+    auto work = dev.begin(range, nullptr);
+    coll::device::run_segments(work->staging(range, total), total, 16, false, true, fill,
+                               coll::device::Clock::now() + 10s, "test");
+  }
+  dev.drain_this_thread();
+  for (std::size_t i = 0; i < total; ++i) ASSERT_EQ(range[i], static_cast<std::byte>(i / 16 + 1)) << i;
+}
+
+TEST(DevicePlan, WholeBufferStagingRoundTrips) {
+  FakeDevice dev(24);
+  coll::device::ScopedBackend use(dev);
+  const std::size_t total = 24 * 5 + 7;
+  std::byte* range = dev.allocate(total);
+  for (std::size_t i = 0; i < total; ++i) range[i] = static_cast<std::byte>(i);
+  std::vector<std::byte> host(total);
+  auto work = dev.begin(range, nullptr);
+  coll::device::download_all(work->staging(range, total), host, coll::device::Clock::now() + 10s, "test");
+  for (std::size_t i = 0; i < total; ++i) ASSERT_EQ(host[i], static_cast<std::byte>(i));
+  for (auto& b : host) b = static_cast<std::byte>(static_cast<unsigned>(b) ^ 0xff);
+  coll::device::upload_all(work->staging(range, total), host, coll::device::Clock::now() + 10s, "test");
+  ASSERT_TRUE(work->wait(1s));
+  for (std::size_t i = 0; i < total; ++i) ASSERT_EQ(range[i], static_cast<std::byte>(i ^ 0xff));
+}
+
+// ---------------------------------------------------------------------------
+// Whole collectives through the fake device, ranks as threads
+// ---------------------------------------------------------------------------
+Config config_with(GpuPath path) {
+  Config cfg = test_config();
+  cfg.gpu_path = path;
+  return cfg;
+}
+
+// Every dtype x op, several counts, in place and out of place, on fake device
+// buffers; checks the path taken.
+void check_allreduce_paths(int n, GpuPath setting, LastPath want) {
+  FakeDevice dev(40);
+  coll::device::ScopedBackend use(dev);
+  const std::size_t counts[] = {1, 7, 45, 301};
+  auto outcomes = run_ranks(n, TransportKind::inproc, [&](Communicator& comm) {
+    for (DataType t : kAllTypes) {
+      const std::size_t es = dtype_size(t);
+      for (ReduceOp op : kAllOps) {
+        for (std::size_t count : counts) {
+          for (bool in_place : {false, true}) {
+            std::byte* send = dev.allocate(count * es);
+            std::byte* recv = in_place ? send : dev.allocate(count * es);
+            for (std::size_t i = 0; i < count; ++i) store(t, send, i, input(t, op, comm.rank(), i));
+            if (!in_place) std::memset(recv, 0x5a, count * es + 1);
+            comm.allreduce(send, recv, count, t, op);
+            dev.drain_this_thread();
+            if (coll::device::last_allreduce_path() != want)
+              throw std::runtime_error(cat("allreduce took the wrong path (", static_cast<int>(want), " wanted)"));
+            for (std::size_t i = 0; i < count; ++i) {
+              const double got = load(t, recv, i), wanted = expected(t, op, n, i);
+              if (!close_enough(t, op, got, wanted))
+                throw std::runtime_error(cat("device allreduce ", dtype_name(t), " ", op_name(op), " count ", count,
+                                             in_place ? " in place" : " out of place", ": element ", i, " is ", got,
+                                             ", expected ", wanted));
+            }
+            if (!in_place && recv[count * es] != std::byte{0x5a})
+              throw std::runtime_error(cat("device allreduce wrote past the end of recv, count ", count));
+          }
+        }
+      }
+    }
+  }, config_with(setting));
+  expect_all_ok(outcomes);
+  EXPECT_EQ(dev.begins.load(), dev.completes.load()) << "every call makes the caller's stream wait for it";
+}
+
+TEST(DevicePaths, StagedAllreduceEveryDtypeOpOnTwoAndThreeRanks) {
+  check_allreduce_paths(2, GpuPath::staged, LastPath::staged);
+  check_allreduce_paths(3, GpuPath::staged, LastPath::staged);
+}
+
+TEST(DevicePaths, IpcAllreduceEveryDtypeOpOnTwoToFourRanks) {
+  for (int n = 2; n <= 4; ++n) check_allreduce_paths(n, GpuPath::ipc, LastPath::ipc);
+}
+
+TEST(DevicePaths, AutoTakesIpcOnOneNode) { check_allreduce_paths(2, GpuPath::automatic, LastPath::ipc); }
+
+TEST(DevicePaths, OneRankThatCannotExportMakesEveryRankStageOrFail) {
+  for (GpuPath setting : {GpuPath::automatic, GpuPath::ipc}) {
+    FakeDevice dev(40);
+    coll::device::ScopedBackend use(dev);
+    const int n = 3;
+    const std::size_t count = 50;
+    std::atomic<int> staged{0};
+    auto outcomes = run_ranks(n, TransportKind::inproc, [&](Communicator& comm) {
+      std::byte* buf = dev.allocate(count * 4);
+      if (comm.rank() == 1) dev.deny_export(buf);
+      for (std::size_t i = 0; i < count; ++i) store(DataType::i32, buf, i, input(DataType::i32, ReduceOp::sum, comm.rank(), i));
+      comm.allreduce(buf, buf, count, DataType::i32, ReduceOp::sum);
+      dev.drain_this_thread();
+      if (coll::device::last_allreduce_path() == LastPath::staged) ++staged;
+      for (std::size_t i = 0; i < count; ++i)
+        if (load(DataType::i32, buf, i) != expected(DataType::i32, ReduceOp::sum, n, i))
+          throw std::runtime_error(cat("element ", i, " is wrong"));
+    }, config_with(setting));
+    if (setting == GpuPath::automatic) {
+      expect_all_ok(outcomes);
+      EXPECT_EQ(staged.load(), n);
+    } else {
+      for (int r = 0; r < n; ++r) {
+        ASSERT_TRUE(outcomes[static_cast<std::size_t>(r)]) << "rank " << r << " should have failed";
+        try {
+          std::rethrow_exception(outcomes[static_cast<std::size_t>(r)]);
+        } catch (const UnsupportedError& e) {
+          EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
+        } catch (const std::exception& e) {
+          ADD_FAILURE() << "rank " << r << ": expected UnsupportedError, got " << e.what();
+        }
+      }
+    }
+  }
+}
+
+TEST(DevicePaths, EveryOtherCollectiveOnDeviceBuffers) {
+  FakeDevice dev(24);
+  coll::device::ScopedBackend use(dev);
+  const int n = 3;
+  const DataType t = DataType::f32;
+  const std::size_t count = 37;  // several 24-byte segments of f32
+  auto outcomes = run_ranks(n, TransportKind::inproc, [&](Communicator& comm) {
+    const int me = comm.rank();
+    const auto check = [&](const char* what, const std::byte* got, std::size_t i, double want) {
+      if (load(t, got, i) != want)
+        throw std::runtime_error(cat(what, ": element ", i, " is ", load(t, got, i), ", expected ", want));
+    };
+    for (int root = 0; root < n; ++root) {
+      // Broadcast, out of place at the root.
+      std::byte* src = dev.allocate(count * 4);
+      std::byte* dst = dev.allocate(count * 4);
+      for (std::size_t i = 0; i < count; ++i) store(t, src, i, static_cast<double>(root * 100 + i));
+      comm.broadcast(src, dst, count, t, root);
+      dev.drain_this_thread();
+      for (std::size_t i = 0; i < count; ++i) check("broadcast", dst, i, static_cast<double>(root * 100 + i));
+      // Reduce, in place at the root.
+      std::byte* buf = dev.allocate(count * 4);
+      for (std::size_t i = 0; i < count; ++i) store(t, buf, i, input(t, ReduceOp::max, me, i));
+      comm.reduce(buf, buf, count, t, ReduceOp::max, root);
+      dev.drain_this_thread();
+      if (me == root)
+        for (std::size_t i = 0; i < count; ++i) check("reduce", buf, i, expected(t, ReduceOp::max, n, i));
+      else
+        for (std::size_t i = 0; i < count; ++i) check("reduce leaves a non-root's send", buf, i, input(t, ReduceOp::max, me, i));
+    }
+    // ReduceScatter.
+    std::byte* rs_send = dev.allocate(count * 4 * n);
+    std::byte* rs_recv = dev.allocate(count * 4);
+    for (std::size_t i = 0; i < count * static_cast<std::size_t>(n); ++i) store(t, rs_send, i, input(t, ReduceOp::sum, me, i));
+    comm.reduce_scatter(rs_send, rs_recv, count, t, ReduceOp::sum);
+    dev.drain_this_thread();
+    for (std::size_t i = 0; i < count; ++i)
+      check("reduce_scatter", rs_recv, i, expected(t, ReduceOp::sum, n, static_cast<std::size_t>(me) * count + i));
+    // AllGather, in place.
+    std::byte* ag = dev.allocate(count * 4 * n);
+    for (std::size_t i = 0; i < count; ++i) store(t, ag + static_cast<std::size_t>(me) * count * 4, i, static_cast<double>(me * 1000 + i));
+    comm.allgather(ag + static_cast<std::size_t>(me) * count * 4, ag, count, t);
+    dev.drain_this_thread();
+    for (int r = 0; r < n; ++r)
+      for (std::size_t i = 0; i < count; ++i) check("allgather", ag + static_cast<std::size_t>(r) * count * 4, i, static_cast<double>(r * 1000 + i));
+    // AlltoAll.
+    std::byte* a_send = dev.allocate(count * 4 * n);
+    std::byte* a_recv = dev.allocate(count * 4 * n);
+    for (int j = 0; j < n; ++j)
+      for (std::size_t i = 0; i < count; ++i) store(t, a_send + static_cast<std::size_t>(j) * count * 4, i, static_cast<double>(me * 10000 + j * 100 + i));
+    comm.alltoall(a_send, a_recv, count, t);
+    dev.drain_this_thread();
+    for (int j = 0; j < n; ++j)
+      for (std::size_t i = 0; i < count; ++i) check("alltoall", a_recv + static_cast<std::size_t>(j) * count * 4, i, static_cast<double>(j * 10000 + me * 100 + i));
+  }, config_with(GpuPath::automatic));
+  expect_all_ok(outcomes);
+}
+
+TEST(DevicePaths, MixedPlacementsGroupsAndRequests) {
+  FakeDevice dev(40);
+  coll::device::ScopedBackend use(dev);
+  const int n = 2;
+  const DataType t = DataType::i64;
+  const std::size_t count = 23;
+  auto outcomes = run_ranks(n, TransportKind::inproc, [&](Communicator& comm) {
+    const auto fill = [&](std::byte* p) {
+      for (std::size_t i = 0; i < count; ++i) store(t, p, i, input(t, ReduceOp::sum, comm.rank(), i));
+    };
+    const auto verify = [&](const char* what, const std::byte* p) {
+      for (std::size_t i = 0; i < count; ++i)
+        if (load(t, p, i) != expected(t, ReduceOp::sum, n, i)) throw std::runtime_error(cat(what, ": element ", i));
+    };
+    // Device send, host recv: the host sees the result when the call returns.
+    std::byte* send = dev.allocate(count * 8);
+    fill(send);
+    std::vector<std::byte> host(count * 8);
+    comm.allreduce(send, host.data(), count, t, ReduceOp::sum);
+    verify("device send, host recv", host.data());
+    dev.drain_this_thread();
+    // Host send, device recv.
+    std::vector<std::byte> host_send(count * 8);
+    fill(host_send.data());
+    std::byte* recv = dev.allocate(count * 8);
+    comm.allreduce(host_send.data(), recv, count, t, ReduceOp::sum);
+    dev.drain_this_thread();
+    verify("host send, device recv", recv);
+    // In a group, beside a host allreduce (which may be fused with others).
+    std::byte* a = dev.allocate(count * 8);
+    std::vector<std::byte> b(count * 8);
+    fill(a);
+    fill(b.data());
+    comm.group_start();
+    comm.allreduce(a, a, count, t, ReduceOp::sum);
+    comm.allreduce(b.data(), b.data(), count, t, ReduceOp::sum);
+    comm.group_end();
+    dev.drain_this_thread();
+    verify("grouped device allreduce", a);
+    verify("grouped host allreduce", b.data());
+    // Non-blocking.
+    std::byte* c = dev.allocate(count * 8);
+    fill(c);
+    Request req = comm.iallreduce(c, c, count, t, ReduceOp::sum);
+    req.wait();
+    dev.drain_this_thread();
+    verify("iallreduce", c);
+    // A stream with host buffers: its work is waited for first.
+    const int before = dev.synchronizes.load();
+    std::vector<std::byte> h(count * 8);
+    fill(h.data());
+    int fake_stream = 0;
+    comm.allreduce(h.data(), h.data(), count, t, ReduceOp::sum, &fake_stream);
+    verify("host buffers with a stream", h.data());
+    if (dev.synchronizes.load() <= before) throw std::runtime_error("the stream was not synchronised");
+  }, config_with(GpuPath::automatic));
+  expect_all_ok(outcomes);
+}
+
+TEST(DevicePaths, HostBuffersNeverTouchTheDeviceBackend) {
+  FakeDevice dev(40);
+  coll::device::ScopedBackend use(dev);
+  auto outcomes = run_ranks(2, TransportKind::inproc, [&](Communicator& comm) {
+    std::vector<float> v(100, 1.0f);
+    comm.allreduce(v.data(), v.data(), v.size(), DataType::f32, ReduceOp::sum);
+    comm.broadcast(v.data(), v.data(), v.size(), DataType::f32, 0);
+    if (v[0] != 2.0f) throw std::runtime_error("host allreduce result");
+  });
+  expect_all_ok(outcomes);
+  EXPECT_EQ(dev.begins.load(), 0);
+  EXPECT_EQ(dev.synchronizes.load(), 0);
+}
+
+}  // namespace
+}  // namespace antdt::test
