@@ -1,0 +1,497 @@
+// The coordinator (scheduler/coordinator): the per-step agreement on restarts,
+// communicator generations and the stop; leases owned per rank; a lost rank's
+// samples going back; checkpoint and restore. Then the service over real TCP
+// with client threads: every sample committed exactly once per epoch (bitmaps),
+// refused secrets, garbage on a connection, a client that vanishes without bye,
+// and an external coordinator restarted from its checkpoint mid-job.
+#include "core/error.hpp"
+#include "core/net.hpp"
+#include "scheduler/coordinator.hpp"
+#include "scheduler/coordinator_client.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+namespace antdt::coord {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "antdt-coord-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+CoordinatorOptions options_for(int world, std::uint64_t dataset, std::uint64_t shard, std::uint32_t epochs,
+                               std::uint64_t global_batch) {
+  CoordinatorOptions o;
+  o.world_size = world;
+  o.dataset_size = dataset;
+  o.dds.shard_size = shard;
+  o.dds.shuffle = sched::ShuffleMode::samples;
+  o.dds.seed = 11;
+  o.dds.epochs = epochs;
+  o.global_batch = global_batch;
+  o.policy = "bsp";
+  return o;
+}
+
+std::array<std::byte, 16> test_secret(std::uint8_t seed = 1) {
+  std::array<std::byte, 16> s{};
+  for (std::size_t i = 0; i < s.size(); ++i) s[i] = static_cast<std::byte>(seed * 31 + i);
+  return s;
+}
+
+// Counts per sample id: a test passes only when every count is exactly 1.
+class Bitmap {
+ public:
+  explicit Bitmap(std::uint64_t n) : counts_(n, 0) {}
+  void add(std::span<const std::uint64_t> ids) {
+    std::lock_guard lock(mu_);
+    for (auto id : ids) {
+      ASSERT_LT(id, counts_.size());
+      ++counts_[id];
+    }
+  }
+  // Text naming the first bad ids; empty when each id was counted once.
+  std::string problems() const {
+    std::lock_guard lock(mu_);
+    std::string out;
+    int shown = 0;
+    for (std::size_t i = 0; i < counts_.size() && shown < 10; ++i)
+      if (counts_[i] != 1) {
+        out += "sample " + std::to_string(i) + " committed " + std::to_string(counts_[i]) + " times; ";
+        ++shown;
+      }
+    return out;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<int> counts_;
+};
+
+// ---------------------------------------------------------------------------
+// Logic, no sockets
+// ---------------------------------------------------------------------------
+TEST(Coordinator, RestartIsAgreedPerStepAndStartsANewGeneration) {
+  Coordinator c(options_for(3, 0, 1, 1, 6));
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(c.hello(r, 0, 0).accepted);
+  for (int r = 0; r < 3; ++r) {
+    const Plan p = c.plan(r, 1);
+    EXPECT_EQ(p.plan.local_batch, 2u);  // bsp: B / n
+    EXPECT_FALSE(p.plan.restart);
+    EXPECT_FALSE(p.stop);
+    EXPECT_EQ(p.generation, 0u);
+  }
+  c.request_restart(2);
+  // Step 2 is the first step nobody had a plan for: the restart and the new generation start there, for everyone.
+  const Plan p0 = c.plan(0, 2);
+  EXPECT_FALSE(p0.plan.restart);
+  EXPECT_EQ(p0.generation, 1u);
+  EXPECT_FALSE(c.plan(1, 2).plan.restart);
+  EXPECT_EQ(c.plan(1, 2).generation, 1u);
+  const Plan p2 = c.plan(2, 2);
+  EXPECT_TRUE(p2.plan.restart);
+  EXPECT_EQ(p2.generation, 1u);
+  // Asking again gives the same answer.
+  EXPECT_TRUE(c.plan(2, 2).plan.restart);
+
+  c.bye(2, /*restarting=*/true);
+  const Welcome back = c.hello(2, 1, 0);
+  ASSERT_TRUE(back.accepted) << back.reason;
+  EXPECT_EQ(back.generation, 1u);
+  EXPECT_EQ(back.resume_step, 2u);
+  // The new incarnation is not told to restart again at the same step.
+  EXPECT_FALSE(c.plan(2, 2).plan.restart);
+  EXPECT_EQ(c.plan(2, 2).generation, 1u);
+
+  // Rank 0 of the new generation offers its id; the others fetch it.
+  EXPECT_FALSE(c.join(1, 1).ready);
+  const UniqueId id = UniqueId::create();
+  EXPECT_THROW(c.offer_id(1, 1, id), InvalidArgument);  // only rank 0
+  EXPECT_THROW(c.offer_id(0, 0, id), InvalidArgument);  // not the current generation
+  c.offer_id(0, 1, id);
+  for (int r : {1, 2}) {
+    const GenerationId got = c.join(r, 1);
+    ASSERT_TRUE(got.ready);
+    EXPECT_EQ(got.id.bytes, id.bytes);
+  }
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_FALSE(c.plan(r, 3).plan.restart);
+    EXPECT_EQ(c.plan(r, 3).generation, 1u);
+  }
+  const auto s = c.stats();
+  EXPECT_EQ(s.restarts_ordered, 1u);
+  EXPECT_EQ(s.restarts_done, 1u);
+  EXPECT_EQ(s.generation, 1u);
+}
+
+TEST(Coordinator, HelloRefusals) {
+  Coordinator c(options_for(2, 0, 1, 1, 2));
+  EXPECT_FALSE(c.hello(2, 0, 0).accepted);
+  EXPECT_FALSE(c.hello(-1, 0, 0).accepted);
+  ASSERT_TRUE(c.hello(1, 0, 0).accepted);
+  const Welcome twice = c.hello(1, 0, 0);
+  EXPECT_FALSE(twice.accepted);
+  EXPECT_NE(twice.reason.find("already connected"), std::string::npos) << twice.reason;
+}
+
+TEST(Coordinator, EmbeddedCoordinatorDoesNotRestartRankZero) {
+  auto o = options_for(2, 0, 1, 1, 2);
+  o.embedded = true;
+  Coordinator c(o);
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(c.hello(r, 0, 0).accepted);
+  c.plan(0, 1);
+  c.request_restart(0);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_FALSE(c.plan(r, 2).plan.restart);
+    EXPECT_EQ(c.plan(r, 2).generation, 0u);
+  }
+  EXPECT_EQ(c.stats().restarts_ordered, 0u);
+}
+
+TEST(Coordinator, UnorderedRestartMakesEveryRankRebuild) {
+  Coordinator c(options_for(2, 0, 1, 1, 2));
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(c.hello(r, 0, 0).accepted);
+  c.plan(0, 1);
+  c.plan(1, 1);
+  c.lost(1);  // crashed
+  const Welcome w = c.hello(1, 1, 0);
+  ASSERT_TRUE(w.accepted);
+  EXPECT_EQ(w.resume_step, 2u);
+  EXPECT_EQ(w.generation, 1u);
+  EXPECT_EQ(c.plan(0, 2).generation, 1u);
+  EXPECT_EQ(c.plan(1, 2).generation, 1u);
+}
+
+TEST(Coordinator, LeasesBelongToTheirRank) {
+  Coordinator c(options_for(2, 40, 10, 1, 4));
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(c.hello(r, 0, 0).accepted);
+  const BatchReply b1 = c.fetch(1, 5);
+  ASSERT_EQ(b1.samples.size(), 5u);
+  EXPECT_FALSE(c.commit(0, b1.lease));  // not rank 0's
+  EXPECT_FALSE(c.give_back(0, b1.lease));
+  EXPECT_FALSE(c.commit(1, 999));       // never issued
+  EXPECT_TRUE(c.commit(1, b1.lease));
+  EXPECT_FALSE(c.commit(1, b1.lease));  // settled already
+  EXPECT_EQ(c.progress().committed, 5u);
+}
+
+TEST(Coordinator, LostRankSamplesGoBackAndAreServedOnce) {
+  const std::uint64_t n = 100;
+  Coordinator c(options_for(2, n, 10, 1, 4));
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(c.hello(r, 0, 0).accepted);
+  Bitmap committed(n);
+  const BatchReply lost_batch = c.fetch(1, 7);
+  ASSERT_EQ(lost_batch.samples.size(), 7u);
+  const BatchReply kept = c.fetch(1, 3);
+  ASSERT_EQ(kept.samples.size(), 3u);
+  c.lost(1);
+  EXPECT_EQ(c.stats().ranks_lost, 1u);
+  EXPECT_EQ(c.progress().leased, 0u);
+  EXPECT_EQ(c.progress().rank_failures, 1u);
+  EXPECT_FALSE(c.commit(1, kept.lease));  // revoked with the connection
+  // Rank 0 consumes everything, the lost rank's samples included.
+  std::set<std::uint64_t> seen;
+  for (int guard = 0; guard < 1000; ++guard) {
+    const BatchReply b = c.fetch(0, 9);
+    if (b.status == 2) break;
+    ASSERT_EQ(b.status, 0) << "a lone rank never waits";
+    committed.add(b.samples);
+    seen.insert(b.samples.begin(), b.samples.end());
+    ASSERT_TRUE(c.commit(0, b.lease));
+  }
+  EXPECT_EQ(committed.problems(), "");
+  for (auto id : lost_batch.samples) EXPECT_TRUE(seen.count(id)) << "sample " << id << " of the lost rank";
+  EXPECT_TRUE(c.progress().finished);
+}
+
+TEST(Coordinator, StopComesAtTheSameStepForEveryRank) {
+  const std::uint64_t n = 50;
+  Coordinator c(options_for(2, n, 4, 1, 6));
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(c.hello(r, 0, 0).accepted);
+  Bitmap committed(n);
+  std::uint64_t stop_step = 0;
+  for (std::uint64_t step = 1; step < 200 && stop_step == 0; ++step) {
+    std::vector<std::uint64_t> leases(2, 0);
+    for (int r = 0; r < 2; ++r) {
+      const Plan p = c.plan(r, step);
+      if (r == 1) {
+        EXPECT_EQ(p.stop, c.plan(0, step).stop) << "step " << step;
+      }
+      if (p.stop) {
+        stop_step = step;
+        continue;
+      }
+      const BatchReply b = c.fetch(r, p.plan.local_batch);
+      committed.add(b.samples);
+      leases[static_cast<std::size_t>(r)] = b.lease;
+    }
+    if (stop_step != 0) break;
+    for (int r = 0; r < 2; ++r) {
+      if (leases[static_cast<std::size_t>(r)] != 0) {
+        EXPECT_TRUE(c.commit(r, leases[static_cast<std::size_t>(r)]));
+      }
+      c.report(r, Report{step, 0.01, 0, 0, 3, Fate::included});
+    }
+  }
+  ASSERT_NE(stop_step, 0u) << "the job never stopped";
+  // 50 samples at 6 per step: 9 steps, and the stop at the first step planned after the last commit.
+  EXPECT_EQ(stop_step, 10u);
+  EXPECT_EQ(committed.problems(), "");
+  EXPECT_EQ(c.stats().steps_closed, stop_step - 1);
+}
+
+TEST(Coordinator, StepsCloseWhenEveryConnectedRankReported) {
+  Coordinator c(options_for(3, 0, 1, 1, 3));
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(c.hello(r, 0, 0).accepted);
+  c.report(0, Report{1, 0.1, 0, 0, 1, Fate::included});
+  c.report(1, Report{1, 0.1, 0, 0, 1, Fate::included});
+  EXPECT_EQ(c.stats().steps_closed, 0u);
+  c.report(0, Report{2, 0.1, 0, 0, 1, Fate::dropped});
+  c.report(2, Report{1, 0.1, 0, 0, 1, Fate::included});
+  EXPECT_EQ(c.stats().steps_closed, 1u);
+  c.lost(2);  // a rank that is gone does not hold the steps back
+  c.report(1, Report{2, 0.1, 0, 0, 1, Fate::included});
+  EXPECT_EQ(c.stats().steps_closed, 2u);
+  EXPECT_EQ(c.stats().dropped_reports, 1u);
+}
+
+TEST(Coordinator, CheckpointRestoresTheDataState) {
+  TempDir dir;
+  const std::uint64_t n = 100;
+  auto o = options_for(2, n, 8, 1, 4);
+  o.checkpoint_path = dir.file("coordinator.json");
+  Bitmap committed(n);
+  std::vector<std::uint64_t> open_samples;
+  {
+    Coordinator a(o);
+    ASSERT_TRUE(a.hello(0, 0, 0).accepted);
+    for (int i = 0; i < 6; ++i) {
+      const BatchReply b = a.fetch(0, 5);
+      committed.add(b.samples);
+      ASSERT_TRUE(a.commit(0, b.lease));
+    }
+    const BatchReply open = a.fetch(0, 5);  // open at the checkpoint
+    open_samples = open.samples;
+    a.maybe_checkpoint(true);
+    EXPECT_EQ(a.stats().checkpoints, 1u);
+  }
+  ASSERT_TRUE(std::filesystem::exists(o.checkpoint_path));
+  Coordinator b(o);
+  EXPECT_EQ(b.progress().committed, 30u);
+  EXPECT_EQ(b.progress().leased, 0u);  // the open lease went back
+  ASSERT_TRUE(b.hello(0, 0, 0).accepted);
+  std::set<std::uint64_t> served;
+  for (int guard = 0; guard < 1000; ++guard) {
+    const BatchReply batch = b.fetch(0, 7);
+    if (batch.status == 2) break;
+    committed.add(batch.samples);
+    served.insert(batch.samples.begin(), batch.samples.end());
+    ASSERT_TRUE(b.commit(0, batch.lease));
+  }
+  EXPECT_EQ(committed.problems(), "");
+  for (auto id : open_samples) EXPECT_TRUE(served.count(id)) << "open sample " << id << " was not served again";
+}
+
+// ---------------------------------------------------------------------------
+// The service over TCP
+// ---------------------------------------------------------------------------
+std::unique_ptr<CoordinatorClient> client_for(const CoordinatorService& service, int rank, int world,
+                                              std::uint8_t secret_seed = 1, std::chrono::milliseconds timeout = 10s) {
+  return std::make_unique<CoordinatorClient>(service.address(), test_secret(secret_seed), rank, world, 0, 0, timeout);
+}
+
+TEST(CoordinatorService, ManyRanksCommitEverySampleOncePerEpoch) {
+  const int world = 4;
+  const std::uint64_t n = 997;
+  const std::uint32_t epochs = 2;
+  CoordinatorService service(options_for(world, n, 16, epochs, 40), net::Endpoint{"127.0.0.1", 0}, test_secret());
+  std::vector<std::unique_ptr<Bitmap>> per_epoch;
+  for (std::uint32_t e = 0; e < epochs; ++e) per_epoch.push_back(std::make_unique<Bitmap>(n));
+  std::vector<std::uint64_t> stop_steps(world, 0);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < world; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        auto client = client_for(service, r, world);
+        for (std::uint64_t step = 1; step < 10000; ++step) {
+          const Plan p = client->plan(step);
+          if (p.stop) {
+            stop_steps[static_cast<std::size_t>(r)] = step;
+            break;
+          }
+          // Rank 3 is slower: it takes a few milliseconds more per step.
+          if (r == 3) std::this_thread::sleep_for(2ms);
+          const BatchReply b = client->fetch(p.plan.local_batch);
+          if (!b.samples.empty()) {
+            per_epoch.at(b.epoch)->add(b.samples);
+            if (!client->commit(b.lease)) ++failures;
+          }
+          client->report(Report{step, 0.001, 0, 0, b.samples.size(), Fate::included});
+        }
+        client->bye(false);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "rank " << r << ": " << e.what();
+        ++failures;
+      }
+    });
+  for (auto& t : ranks) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  for (std::uint32_t e = 0; e < epochs; ++e) EXPECT_EQ(per_epoch[e]->problems(), "") << "epoch " << e;
+  for (int r = 0; r < world; ++r) {
+    EXPECT_NE(stop_steps[static_cast<std::size_t>(r)], 0u) << "rank " << r << " never got the stop";
+    EXPECT_EQ(stop_steps[static_cast<std::size_t>(r)], stop_steps[0]) << "rank " << r;
+  }
+  EXPECT_TRUE(service.wait_all_exited(Clock::now() + 5s));
+  EXPECT_EQ(service.coordinator().progress().epochs_completed, epochs);
+  EXPECT_GT(service.coordinator().stats().steps_closed, 0u);
+}
+
+TEST(CoordinatorService, RefusesWrongSecretsAndSurvivesGarbage) {
+  CoordinatorService service(options_for(2, 20, 4, 1, 2), net::Endpoint{"127.0.0.1", 0}, test_secret());
+  try {
+    client_for(service, 0, 2, /*secret_seed=*/2);
+    FAIL() << "a wrong secret was accepted";
+  } catch (const BootstrapError& e) {
+    EXPECT_NE(std::string(e.what()).find("could not prove the job secret"), std::string::npos) << e.what();
+  }
+  try {
+    client_for(service, 0, 3);
+    FAIL() << "a wrong world size was accepted";
+  } catch (const BootstrapError& e) {
+    EXPECT_NE(std::string(e.what()).find("believes the job has 3 ranks"), std::string::npos) << e.what();
+  }
+  {
+    // Garbage instead of a hello: the connection is closed, the service goes on.
+    control::Link raw(net::connect_to(service.address(), Clock::now() + 5s));
+    ASSERT_TRUE(raw.receive(Clock::now() + 5s).has_value());  // the challenge
+    const std::vector<std::byte> junk(40, std::byte{0x5a});
+    raw.send(junk, Clock::now() + 5s);
+    auto reply = raw.receive(Clock::now() + 5s);
+    ASSERT_TRUE(reply.has_value());
+    EXPECT_FALSE(decode_welcome(*reply).accepted);
+  }
+  auto good = client_for(service, 0, 2);
+  EXPECT_EQ(good->fetch(4).samples.size(), 4u);
+  // Garbage from an authenticated rank ends its session as a lost rank.
+  {
+    control::Link raw(net::connect_to(service.address(), Clock::now() + 5s));
+    auto frame = raw.receive(Clock::now() + 5s);
+    ASSERT_TRUE(frame.has_value());
+    const Challenge challenge = decode_challenge(*frame);
+    Hello hello{1, 2, 0, 0, {}};
+    hello.mac = prove(test_secret(), challenge, 1, 2, 0);
+    raw.send(encode(hello), Clock::now() + 5s);
+    frame = raw.receive(Clock::now() + 5s);
+    ASSERT_TRUE(frame.has_value());
+    ASSERT_TRUE(decode_welcome(*frame).accepted);
+    raw.send(encode(Request{Fetch{3}}), Clock::now() + 5s);
+    frame = raw.receive(Clock::now() + 5s);
+    ASSERT_TRUE(frame.has_value());
+    ASSERT_EQ(decode_batch(*frame).samples.size(), 3u);
+    Bytes step_zero = encode(Request{PlanRequest{1}});
+    std::fill(step_zero.begin() + 8, step_zero.end(), std::byte{0});  // step 0: rejected by the decoder
+    raw.send(step_zero, Clock::now() + 5s);
+    EXPECT_THROW(raw.receive(Clock::now() + 5s), TransportError);  // closed without a reply
+  }
+  const auto deadline = Clock::now() + 5s;
+  while (service.coordinator().stats().ranks_lost == 0 && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(service.coordinator().stats().ranks_lost, 1u);
+  EXPECT_EQ(service.coordinator().progress().leased, 4u);  // rank 0's; rank 1's 3 went back
+  good->bye(false);
+}
+
+TEST(CoordinatorService, RankGoneWithoutByeGivesItsSamplesBack) {
+  const std::uint64_t n = 30;
+  CoordinatorService service(options_for(2, n, 5, 1, 2), net::Endpoint{"127.0.0.1", 0}, test_secret());
+  auto rank0 = client_for(service, 0, 2);
+  std::vector<std::uint64_t> vanished;
+  {
+    auto rank1 = client_for(service, 1, 2);
+    vanished = rank1->fetch(5).samples;
+    ASSERT_EQ(vanished.size(), 5u);
+  }  // closed without bye
+  const auto deadline = Clock::now() + 5s;
+  while (service.coordinator().stats().ranks_lost == 0 && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(service.coordinator().stats().ranks_lost, 1u);
+  EXPECT_EQ(service.coordinator().progress().leased, 0u);
+  Bitmap committed(n);
+  std::set<std::uint64_t> seen;
+  for (int guard = 0; guard < 100; ++guard) {
+    const BatchReply b = rank0->fetch(4);
+    if (b.status == 2) break;
+    ASSERT_EQ(b.status, 0);
+    committed.add(b.samples);
+    seen.insert(b.samples.begin(), b.samples.end());
+    ASSERT_TRUE(rank0->commit(b.lease));
+  }
+  EXPECT_EQ(committed.problems(), "");
+  for (auto id : vanished) EXPECT_TRUE(seen.count(id)) << "sample " << id;
+  rank0->bye(false);
+}
+
+TEST(CoordinatorService, ExternalCoordinatorRestartsFromItsCheckpoint) {
+  TempDir dir;
+  const std::uint64_t n = 120;
+  auto o = options_for(1, n, 10, 1, 6);
+  o.checkpoint_path = dir.file("coordinator.json");
+  Bitmap committed(n);
+  auto service = std::make_unique<CoordinatorService>(o, net::Endpoint{"127.0.0.1", 0}, test_secret());
+  const net::Endpoint address = service->address();
+  CoordinatorClient client(address, test_secret(), 0, 1, 0, 0, 10s);
+  for (int i = 0; i < 5; ++i) {
+    const BatchReply b = client.fetch(6);
+    committed.add(b.samples);
+    ASSERT_TRUE(client.commit(b.lease));
+  }
+  const BatchReply open = client.fetch(6);  // in flight when the coordinator goes down
+  ASSERT_EQ(open.samples.size(), 6u);
+  service.reset();  // writes its final checkpoint
+  service = std::make_unique<CoordinatorService>(o, address, test_secret());
+  EXPECT_EQ(service->coordinator().progress().committed, 30u);
+  // The client reconnects on its next call; the lease from before is void.
+  EXPECT_FALSE(client.commit(open.lease));
+  EXPECT_EQ(client.reconnections(), 1u);
+  std::set<std::uint64_t> served;
+  for (int guard = 0; guard < 100; ++guard) {
+    const BatchReply b = client.fetch(6);
+    if (b.status == 2) break;
+    committed.add(b.samples);
+    served.insert(b.samples.begin(), b.samples.end());
+    ASSERT_TRUE(client.commit(b.lease));
+  }
+  EXPECT_EQ(committed.problems(), "");
+  for (auto id : open.samples) EXPECT_TRUE(served.count(id)) << "sample " << id << " of the void lease";
+  client.bye(false);
+  EXPECT_TRUE(service->wait_all_exited(Clock::now() + 5s));
+}
+
+}  // namespace
+}  // namespace antdt::coord
