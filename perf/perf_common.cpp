@@ -665,6 +665,9 @@ int run_tool(Communicator& comm, const ToolSpec& spec, const ResolvedOptions& op
   if (printer) {
     std::fputs(header_line(spec.name, comm.size(), opts, comm.transport_name()).c_str(), stdout);
     std::fputs(rank_lines(ranks, comm.transport_name()).c_str(), stdout);
+    if (spec.device_memory)
+      std::printf("# Buffers: %s memory\n", opts.device_memory ? "device (cudaMalloc; stream synchronised per call)"
+                                                                 : "host");
     std::fputs(table_header().c_str(), stdout);
     std::fflush(stdout);
   }
@@ -688,15 +691,29 @@ int run_tool(Communicator& comm, const ToolSpec& spec, const ResolvedOptions& op
 
 }  // namespace
 
+bool device_memory_from_env() {
+  const char* value = std::getenv("ANTDT_MEM");
+  if (value == nullptr || std::string_view(value) == "host" || std::string_view(value).empty()) return false;
+  if (std::string_view(value) == "device") return true;
+  invalid(std::string("ANTDT_MEM=") + value + " is not host or device");
+}
+
 int tool_main(int argc, char** argv, const ToolSpec& spec, const Sweep& sweep) {
   CLI::App app{spec.description, spec.name};
   PerfOptions options;
   add_common_options(app, options, spec.with_op, spec.with_root);
+  bool device_flag = false;
+  if (spec.device_memory)
+    app.add_flag("-G,--device-memory", device_flag, "Buffers in GPU memory (cudaMalloc; also ANTDT_MEM=device)");
   ResolvedOptions resolved;
   const bool printer_hint = launcher_rank_hint() == 0;
   try {
     app.parse(argc, argv);
     resolved = resolve(app, options);
+    resolved.device_memory = device_flag || device_memory_from_env();
+    if (resolved.device_memory && !spec.device_memory)
+      invalid("ANTDT_MEM=device: this tool times host memory only (antdt_allreduce_device_perf times device "
+              "memory)");
   } catch (const CLI::ParseError& e) {
     // Every rank parses the same arguments: let one of them explain.
     if (printer_hint) return app.exit(e);

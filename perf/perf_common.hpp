@@ -78,7 +78,12 @@ struct ResolvedOptions {
   std::vector<DataType> dtypes;
   std::vector<ReduceOp> ops;
   int root = 0;
+  bool device_memory = false;  // -G or ANTDT_MEM=device (tools with ToolSpec::device_memory only)
 };
+
+// ANTDT_MEM, read by the perf tools (not by the library): "host" (or unset)
+// or "device". Throws InvalidArgument naming the value otherwise.
+bool device_memory_from_env();
 
 // Registers -b -e -f -i -n -w -c -d (and -o when `with_op`, -r when `with_root`,
 // plus -t/-g accepted for script compatibility with value 1 only).
@@ -246,6 +251,9 @@ struct ToolSpec {
   const char* description;  // the --help line
   bool with_op = false;     // -o
   bool with_root = false;   // -r
+  // Accepts -G / ANTDT_MEM=device (buffers in GPU memory). Tools without it
+  // refuse ANTDT_MEM=device instead of silently timing host memory.
+  bool device_memory = false;
 };
 
 // One sweep over the sizes for a dtype and op (op is sum for tools without -o).
