@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU check: on a machine with a CUDA GPU (written for one H100/H200),
-# builds what it needs, runs the GPU unit tests, the reduction-kernel
-# benchmark and, where the perf tools take device buffers (ANTDT_MEM=device),
-# a 2-rank AllReduce from host and from device memory. Everything goes to one
+# builds what it needs, runs the GPU unit tests (kernels, staging, IPC, and
+# the collectives on device buffers through both paths), the reduction-kernel
+# benchmark, and a 2-rank AllReduce of 256 MiB from host memory and from
+# device memory through the staged and the IPC path. Everything goes to one
 # results file: $OUT/gpu-check.txt when OUT is set, else <build>/gpu-check.txt.
 # Every step runs under `timeout`, inside an overall budget, so the whole check
 # ends well within 10 minutes.
@@ -10,6 +11,7 @@
 #   ANTDT_GPU_BUDGET_S      overall budget in seconds (default 540)
 #   ANTDT_GPU_BENCH_BYTES   bytes per buffer for the kernel benchmark (default 256M)
 #   ANTDT_GPU_ARCH          CUDA architecture to build (default: the GPU's, else 90)
+#   ANTDT_GPU_PERF_BYTES    AllReduce size of the perf step (default 256M)
 # Exit status: 0 when every step that ran passed, 1 otherwise (skipped steps
 # are not failures), 2 when no GPU is visible.
 set -uo pipefail
@@ -18,6 +20,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${ANTDT_GPU_BUILD_DIR:-$repo/build-gpu}"
 budget="${ANTDT_GPU_BUDGET_S:-540}"
 bench_bytes="${ANTDT_GPU_BENCH_BYTES:-256M}"
+perf_bytes="${ANTDT_GPU_PERF_BYTES:-256M}"
 jobs="$(nproc)"
 mkdir -p "$build"
 if [[ -n "${OUT:-}" ]]; then
@@ -105,19 +108,16 @@ log "arch:    $arch; cores: $jobs; budget: ${budget}s"
 step "configure" 150 cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DANTDT_WITH_CUDA=ON -DANTDT_CUDA_ARCHITECTURES="$arch" -DCMAKE_CUDA_ARCHITECTURES="$arch" \
   -DANTDT_BUILD_TESTS=ON -DANTDT_BUILD_PERF=ON || finish 1
-targets=(antdt_gpu_tests antdt_reduce_kernel_bench)
-perf_takes_device=0
-if grep -qs 'ANTDT_MEM' "$repo"/perf/*.cpp "$repo"/perf/*.hpp; then
-  perf_takes_device=1
-  targets+=(antdt_allreduce_perf)
-fi
+targets=(antdt_gpu_tests antdt_reduce_kernel_bench antdt_allreduce_perf antdt_allreduce_device_perf)
 step "build" 330 cmake --build "$build" -j "$jobs" --target "${targets[@]}" || finish 1
 
 # ---------------------------------------------------------------------------
 # GPU unit tests (every kernel against the CPU reference, event timing,
-# staging, IPC across processes, device memory).
+# staging, IPC across processes, device memory; GpuCollectives: staged and IPC
+# AllReduce for every dtype x op with 2-4 ranks on this GPU; Device*: the
+# same paths' logic on a fake device).
 # ---------------------------------------------------------------------------
-step "gpu unit tests" 240 "$build/cuda/antdt_gpu_tests" --gtest_filter='Cuda*:*Gpu*' --gtest_color=no
+step "gpu unit tests" 240 "$build/cuda/antdt_gpu_tests" --gtest_filter='Cuda*:*Gpu*:Device*' --gtest_color=no
 # On a GPU machine a skipped GPU test is a failure of the check (driver too
 # old for the runtime, no kernel image for this GPU, CUDA_VISIBLE_DEVICES...).
 skip_reason="$(grep -m1 -o 'no CUDA GPU available: .*' "$results")"
@@ -134,24 +134,25 @@ step "reduce kernel bench ($bench_bytes)" 90 "$build/perf/antdt_reduce_kernel_be
   --dtypes f32,bf16,f16 --iters 20 --warmup 3
 
 # ---------------------------------------------------------------------------
-# AllReduce from device buffers, 2 ranks on this GPU, beside the same run from
-# host memory (issue 6 targets: staged >= 70% of host; IPC busbw >= 50% of the copy).
+# AllReduce of $perf_bytes, 2 ranks (processes) on this GPU: from host memory,
+# then from device memory through the staged and the IPC path (issue 6
+# targets: staged >= 70% of host; IPC busbw >= 50% of the copy). Results are
+# checked (-c 1); the device runs synchronise their stream after every call.
 # ---------------------------------------------------------------------------
-if ((perf_takes_device == 0)); then
+if ! command -v mpirun >/dev/null 2>&1; then
   log ""
-  log "== allreduce perf with device buffers: SKIPPED (the perf tools do not read ANTDT_MEM yet)"
-  summary+=("SKIPPED  allreduce perf with device buffers (no ANTDT_MEM support in perf/)")
-elif ! command -v mpirun >/dev/null 2>&1; then
-  log ""
-  log "== allreduce perf with device buffers: SKIPPED (no mpirun)"
-  summary+=("SKIPPED  allreduce perf with device buffers (no mpirun)")
+  log "== allreduce perf: SKIPPED (no mpirun)"
+  summary+=("SKIPPED  allreduce perf (no mpirun)")
 else
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   export OMPI_MCA_rmaps_base_oversubscribe=1 UCX_WARN_UNUSED_ENV_VARS=n
-  for mem in host device; do
-    step "allreduce perf, 2 ranks, ANTDT_MEM=$mem" 100 \
-      mpirun -np 2 --bind-to none -x ANTDT_MEM="$mem" "$build/perf/antdt_allreduce_perf" \
-      -b 1M -e 256M -f 4 -n 10 -w 3
+  perf_args=(-b "$perf_bytes" -e "$perf_bytes" -n 10 -w 3 -c 1)
+  step "allreduce perf $perf_bytes, 2 ranks, host memory" 90 \
+    mpirun -np 2 --bind-to none "$build/perf/antdt_allreduce_perf" "${perf_args[@]}"
+  for path in staged ipc; do
+    step "allreduce perf $perf_bytes, 2 ranks, device memory, ANTDT_GPU_PATH=$path" 90 \
+      mpirun -np 2 --bind-to none -x ANTDT_MEM=device -x ANTDT_GPU_PATH="$path" \
+      "$build/perf/antdt_allreduce_device_perf" "${perf_args[@]}"
   done
 fi
 
