@@ -200,6 +200,7 @@ class AgentImpl {
   coord::CoordinatorOptions coordinator_options() const {
     auto o = coord::CoordinatorOptions::from(cfg_, size_, options_.dataset_size, options_.epochs,
                                              options_.global_batch);
+    if (options_.shard_size > 0) o.dds.shard_size = options_.shard_size;
     o.embedded = true;
     return o;
   }
@@ -385,6 +386,7 @@ antdtStatus_t antdtAgentCreate(antdtAgent_t* agent, const antdtAgentOptions* opt
       o.dataset_size = options->dataset_size;
       o.epochs = options->epochs;
       o.global_batch = options->global_batch;
+      o.shard_size = options->shard_size;
     }
     auto handle = std::make_unique<antdtAgent>(o, antdt::config());
     *agent = handle.release();  // owned by the caller until antdtAgentDestroy

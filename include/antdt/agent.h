@@ -35,8 +35,9 @@ typedef struct {
   uint64_t dataset_size; /* samples the coordinator shards (rank 0's value when it hosts it); 0: none */
   uint32_t epochs;       /* 0: no end */
   uint64_t global_batch; /* samples per step over all ranks; 0: 32 per rank */
+  uint64_t shard_size;   /* samples per shard; 0: ANTDT_DDS_SHARD_SIZE */
 } antdtAgentOptions;
-#define ANTDT_AGENT_OPTIONS_INIT {sizeof(antdtAgentOptions), 0, 1, 0}
+#define ANTDT_AGENT_OPTIONS_INIT {sizeof(antdtAgentOptions), 0, 1, 0, 0}
 
 typedef struct {
   size_t struct_size; /* sizeof(antdtStepPlan) */

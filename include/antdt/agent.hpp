@@ -38,6 +38,7 @@ struct AgentOptions {
   // antdt-coordinator takes its own options). 0 samples: no data sharding.
   std::uint64_t dataset_size = 0;
   std::uint32_t epochs = 1;           // 0: no end
+  std::uint64_t shard_size = 0;       // samples per shard; 0: ANTDT_DDS_SHARD_SIZE
   std::uint64_t global_batch = 0;     // samples per step over all ranks; 0: 32 per rank
 };
 

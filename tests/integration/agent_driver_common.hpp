@@ -1,0 +1,148 @@
+// Process helpers shared by the agent drivers (agent_restart_driver.cpp,
+// agent_launcher_driver.cpp): start a program, wait for it with a deadline,
+// check whether a pid is gone, free ports, temporary directories.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace agent_test {
+
+using Clock = std::chrono::steady_clock;
+
+inline int failures = 0;
+
+inline void check(bool ok, const std::string& what) {
+  std::printf("%s: %s\n", ok ? "ok  " : "FAIL", what.c_str());
+  std::fflush(stdout);
+  if (!ok) ++failures;
+}
+
+// A loopback port nothing listens on right now.
+inline int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof addr;
+  int port = -1;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0)
+    port = ntohs(addr.sin_port);
+  ::close(fd);
+  return port;
+}
+
+inline std::string make_temp_dir(const char* tag) {
+  std::string pattern = (std::filesystem::temp_directory_path() / (std::string("antdt-") + tag + "-XXXXXX")).string();
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    std::perror("mkdtemp");
+    std::exit(2);
+  }
+  return pattern;
+}
+
+// Starts argv with the caller's environment minus ANTDT_* and launcher
+// variables, plus `extra` ("NAME=value").
+inline pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::string>& extra) {
+  std::vector<std::string> env;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string_view text(*entry);
+    bool drop = false;
+    for (const std::string_view prefix : {"ANTDT_", "OMPI_", "PMIX_", "PMI_", "SLURM_"})
+      drop = drop || text.starts_with(prefix);
+    if (!drop) env.emplace_back(text);
+  }
+  env.insert(env.end(), extra.begin(), extra.end());
+  std::vector<char*> args, envp;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  std::fflush(stdout);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execve(args[0], args.data(), envp.data());
+    std::perror("execve");
+    ::_exit(127);
+  }
+  return pid;
+}
+
+struct Ended {
+  bool exited = false;
+  int code = -1;    // exit code, or 128 + signal
+  double seconds = 0;
+};
+
+// Waits until `pid` ends or the deadline; kills it (SIGKILL) at the deadline: nullopt then.
+inline std::optional<Ended> wait_for(pid_t pid, std::chrono::milliseconds limit) {
+  const auto start = Clock::now();
+  for (;;) {
+    int status = 0;
+    const pid_t got = ::waitpid(pid, &status, WNOHANG);
+    if (got == pid) {
+      Ended e;
+      e.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      e.exited = WIFEXITED(status);
+      e.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      return e;
+    }
+    if (Clock::now() - start >= limit) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+      return std::nullopt;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+// True when no live process has this pid (gone, or a zombie nobody reaped yet).
+inline bool gone(pid_t pid) {
+  if (::kill(pid, 0) != 0) return errno == ESRCH;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const auto close = text.rfind(')');
+  return close != std::string::npos && close + 2 < text.size() && text[close + 2] == 'Z';
+}
+
+inline bool wait_gone(const std::vector<pid_t>& pids, std::chrono::milliseconds limit) {
+  const auto deadline = Clock::now() + limit;
+  for (;;) {
+    bool all = true;
+    for (pid_t p : pids) all = all && gone(p);
+    if (all) return true;
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+inline std::vector<std::string> read_lines(const std::string& path) {
+  std::vector<std::string> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+}  // namespace agent_test

@@ -1,0 +1,180 @@
+// A small trainer on the Agent API, run under antdt-run by the agent drivers.
+//
+//   agent_trainer train --out DIR --dataset N [--epochs E] [--global-batch B]
+//                       [--shard-size K] [--step-ms T] [--restart-rank R --restart-step S]
+//     The Agent loop: each step allreduces (sum of sample ids, sample count)
+//     into a replicated "model" and commits its batch. Rank R (first
+//     incarnation) asks for its own restart at step S. After a rebuild, the
+//     lowest rank that was not restarted broadcasts the model (the re-sync a
+//     real trainer does). Each process
+//     appends to DIR/rank<r>.inc<i>.log: "commit <step> <ids...>" for each
+//     batch committed, "void <step> <count>" for a batch the coordinator had
+//     taken back (it restarted), "rebuild <step> <generation>", "exit <step>"
+//     when ordered to restart. At the end rank 0 writes DIR/total.txt:
+//     "<samples in the model> <1 if every rank's model is equal, else 0>".
+//   agent_trainer sleep --out DIR [--fork] [--ignore-term]
+//     Writes DIR/pid.<rank> ("<pid> [<forked child pid>]") and sleeps 60 s.
+//   agent_trainer fail --out DIR --rank R --code C
+//     Like sleep, but rank R exits with C once every rank wrote its pid file.
+#include <antdt/agent.hpp>
+#include <antdt/comm.hpp>
+
+#include <signal.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+
+namespace {
+
+std::map<std::string, std::string> parse(int argc, char** argv) {
+  std::map<std::string, std::string> args;
+  for (int i = 2; i < argc; ++i) {
+    std::string key = argv[i];
+    if (key.rfind("--", 0) != 0) continue;
+    if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0)
+      args[key] = argv[++i];
+    else
+      args[key] = "1";
+  }
+  return args;
+}
+
+std::uint64_t number(const std::map<std::string, std::string>& args, const std::string& key, std::uint64_t fallback) {
+  auto it = args.find(key);
+  return it == args.end() ? fallback : std::stoull(it->second);
+}
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
+}
+
+int train(const std::map<std::string, std::string>& args) {
+  const std::string out = args.at("--out");
+  antdt::AgentOptions options;
+  options.dataset_size = number(args, "--dataset", 1000);
+  options.epochs = static_cast<std::uint32_t>(number(args, "--epochs", 1));
+  options.global_batch = number(args, "--global-batch", 40);
+  options.shard_size = number(args, "--shard-size", 0);
+  const auto step_time = std::chrono::milliseconds(number(args, "--step-ms", 2));
+  const int restart_rank = static_cast<int>(number(args, "--restart-rank", 1u << 30));
+  const std::uint64_t restart_step = number(args, "--restart-step", 0);
+
+  antdt::Agent agent = antdt::Agent::from_env(options);
+  std::ofstream log(out + "/rank" + std::to_string(agent.rank()) + ".inc" + std::to_string(agent.incarnation()) +
+                        ".log",
+                    std::ios::app);
+  std::array<double, 2> model{0, 0};  // sum of sample ids, samples
+  bool resynced = false;
+  for (;;) {
+    const antdt::StepPlan plan = agent.next_step();
+    if (agent.should_exit()) {
+      log << "exit " << plan.step << std::endl;
+      return agent.exit_code();
+    }
+    if (plan.stop) break;
+    antdt::Communicator& comm = agent.communicator();
+    if (plan.rebuild) {
+      // Re-sync from the lowest rank that kept its state (a restarted rank starts from nothing).
+      const bool fresh = agent.incarnation() > 0 && !resynced;
+      std::array<std::int32_t, 1> source{fresh ? agent.size() : agent.rank()};
+      comm.allreduce(std::span<std::int32_t>(source), antdt::ReduceOp::min);
+      comm.broadcast(std::span<double>(model), source[0]);
+      resynced = true;
+      log << "rebuild " << plan.step << ' ' << agent.generation() << std::endl;
+    }
+    if (agent.rank() == restart_rank && agent.incarnation() == 0 && plan.step == restart_step) agent.request_restart();
+    const antdt::SampleBatch batch = agent.next_samples();
+    std::array<double, 2> grad{0, static_cast<double>(batch.size())};
+    for (auto id : batch) grad[0] += static_cast<double>(id);
+    std::this_thread::sleep_for(step_time);  // the step's "compute"
+    comm.allreduce(std::span<double>(grad), antdt::ReduceOp::sum);
+    model[0] += grad[0];
+    model[1] += grad[1];
+    agent.report_step({.compute_s = std::chrono::duration<double>(step_time).count(), .samples = batch.size()});
+    if (!batch.empty()) {
+      if (agent.commit()) {
+        log << "commit " << plan.step;
+        for (auto id : batch) log << ' ' << id;
+        log << std::endl;
+      } else {
+        log << "void " << plan.step << ' ' << batch.size() << std::endl;
+      }
+    }
+  }
+  // Every replica must hold the same model: compare min and max over ranks.
+  antdt::Communicator& comm = agent.communicator();
+  std::array<double, 2> low = model, high = model;
+  comm.allreduce(std::span<double>(low), antdt::ReduceOp::min);
+  comm.allreduce(std::span<double>(high), antdt::ReduceOp::max);
+  const bool consistent = low == high;
+  if (agent.rank() == 0) {
+    std::ofstream total(out + "/total.txt");
+    total << static_cast<std::uint64_t>(model[1]) << ' ' << (consistent ? 1 : 0) << std::endl;
+  }
+  agent.close();
+  return consistent ? 0 : 1;
+}
+
+int sleeper(const std::map<std::string, std::string>& args, bool fail) {
+  const std::string out = args.at("--out");
+  const int rank = env_int("ANTDT_RANK", -1);
+  const int world = env_int("ANTDT_WORLD_SIZE", 1);
+  if (args.count("--ignore-term")) ::signal(SIGTERM, SIG_IGN);
+  std::string line = std::to_string(::getpid());
+  if (args.count("--fork")) {
+    const pid_t child = ::fork();
+    if (child == 0) {
+      // A helper process the rank started: it must not outlive the job.
+      for (int i = 0; i < 600; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      ::_exit(0);
+    }
+    line += " " + std::to_string(child);
+  }
+  {
+    const std::string path = out + "/pid." + std::to_string(rank);
+    std::ofstream(path + ".tmp") << line << std::endl;
+    std::filesystem::rename(path + ".tmp", path);
+  }
+  if (fail && rank == static_cast<int>(number(args, "--rank", 0))) {
+    for (int i = 0; i < 200; ++i) {
+      int written = 0;
+      for (int r = 0; r < world; ++r) written += std::filesystem::exists(out + "/pid." + std::to_string(r)) ? 1 : 0;
+      if (written == world) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return static_cast<int>(number(args, "--code", 1));
+  }
+  for (int i = 0; i < 600; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s train|sleep|fail --out DIR [options]\n", argv[0]);
+    return 2;
+  }
+  const std::string mode = argv[1];
+  const auto args = parse(argc, argv);
+  try {
+    if (mode == "train") return train(args);
+    if (mode == "sleep") return sleeper(args, false);
+    if (mode == "fail") return sleeper(args, true);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "agent_trainer (rank %s): %s\n", std::getenv("ANTDT_RANK"), e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "agent_trainer: unknown mode '%s'\n", mode.c_str());
+  return 2;
+}
