@@ -64,14 +64,15 @@ EnginePool& engine_pool() {
 }
 
 // ---------------------------------------------------------------------------
-// IPC mappings kept open across calls, keyed by the handle's wire bytes.
+// IPC mappings kept open across calls, keyed by the device they were opened
+// on (the current one) and the handle's wire bytes.
 // ---------------------------------------------------------------------------
 class MappingCache {
  public:
   static constexpr std::size_t kMaxEntries = 1024;
 
-  IpcMapping get(const IpcHandle& handle) {
-    const IpcHandle::Wire key = handle.serialize();
+  IpcMapping get(int device, const IpcHandle& handle) {
+    const Key key{device, handle.serialize()};
     {
       std::lock_guard lock(mu_);
       auto it = entries_.find(key);
@@ -88,8 +89,9 @@ class MappingCache {
   }
 
  private:
+  using Key = std::pair<int, IpcHandle::Wire>;
   std::mutex mu_;
-  std::map<IpcHandle::Wire, IpcMapping> entries_;
+  std::map<Key, IpcMapping> entries_;
 };
 
 MappingCache& mapping_cache() {
@@ -177,7 +179,7 @@ class CudaDeviceWork final : public DeviceWork {
       enable_peer_access(device_, handle.device);
     }
     ScopedDevice on(device_);
-    IpcMapping mapping = mapping_cache().get(handle);
+    IpcMapping mapping = mapping_cache().get(device_, handle);
     held_.push_back(mapping);
     return mapping.data();
   }
