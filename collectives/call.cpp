@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/shm_channel.hpp"
 
 #include <algorithm>
 
@@ -47,6 +48,7 @@ const char* algo_name(Algo a) {
     case Algo::dissemination: return "dissemination";
     case Algo::recursive_doubling: return "recursive-doubling";
     case Algo::pairwise: return "pairwise";
+    case Algo::shm: return "shared-memory";
   }
   return "?";
 }
@@ -74,7 +76,15 @@ std::string Signature::describe() const {
   return s + cat(", ", algo_name(algo), ")");
 }
 
-Call::Call(detail::CommImpl& comm, const Signature& sig) : Call(comm, sig, comm.next_seq()) {}
+Call::Call(detail::CommImpl& comm, const Signature& sig) : Call(comm, sig, comm.next_seq()) {
+  sequenced_ = true;
+  if (auto* shm = comm.shm()) shm->announce(seq_, hash_);
+}
+
+void Call::check_aborted() {
+  comm_.transport().progress();
+  throw_if_aborted();
+}
 
 Call::Call(detail::CommImpl& comm, const Signature& sig, std::uint64_t seq)
     : comm_(comm),
@@ -85,7 +95,7 @@ Call::Call(detail::CommImpl& comm, const Signature& sig, std::uint64_t seq)
       // so the tag only separates communicators and collective kinds; the
       // sequence number travels in the header, where a skipped call is caught.
       tag_((static_cast<std::uint64_t>(comm.id() & 0xffffffu) << 8) | static_cast<std::uint64_t>(sig.kind)),
-      deadline_(transport::Clock::now() + comm.config().timeout) {
+      timed_(collective_timing_active(comm)) {
   comm_.check_usable();
   throw_if_aborted();
 }
@@ -110,7 +120,7 @@ Call::Call(detail::CommImpl& comm, const Signature& sig, std::uint64_t seq, std:
       hash_(sig.hash()),
       seq_(seq),
       tag_((static_cast<std::uint64_t>(comm.id() & 0xffffffu) << 8) | static_cast<std::uint64_t>(sig.kind)),
-      deadline_(transport::Clock::now() + comm.config().timeout) {
+      timed_(collective_timing_active(comm)) {
   ANTDT_ASSERT(!slots.empty());
   comm_.check_usable();
   throw_if_aborted();
@@ -123,7 +133,7 @@ Call::~Call() {
   }
   // The Monitor's view of this rank's step: time inside collectives. Partial
   // collectives report their own split (waiting for the arbiter vs moving data).
-  if (sig_.kind != Kind::partial && sig_.kind != Kind::partial_catchup) {
+  if (timed_ && sig_.kind != Kind::partial && sig_.kind != Kind::partial_catchup) {
     record_collective(comm_, 0.0, std::chrono::duration<double>(transport::Clock::now() - started_).count());
   }
 }
@@ -134,7 +144,15 @@ detail::OpSlot& Call::op_slot(std::size_t index) {
   return own_slots_[index];
 }
 
-void Call::restart_deadline() { deadline_ = transport::Clock::now() + config().timeout; }
+void Call::restart_deadline() {
+  deadline_ = transport::Clock::now() + config().timeout;
+  has_deadline_ = true;
+}
+
+transport::Deadline Call::deadline() {
+  if (!has_deadline_) restart_deadline();
+  return deadline_;
+}
 
 bool Call::cancel(std::size_t index) {
   auto& s = op_slot(index + base_);
@@ -189,7 +207,7 @@ void Call::wait_slot(detail::OpSlot& slot) {
   ANTDT_ASSERT(slot.seq == seq_);
   if (slot.completion.pending()) {
     transport::Completion* ops[] = {&slot.completion};
-    switch (comm_.transport().wait(ops, deadline_)) {
+    switch (comm_.transport().wait(ops, deadline())) {
       case transport::WaitResult::done: break;
       case transport::WaitResult::timeout:
         fail(Status::timeout, cat("rank ", rank(), " timed out after ", config().timeout.count(),

@@ -24,6 +24,7 @@ enum class Kind : std::uint8_t {
 };
 enum class Algo : std::uint8_t {
   none = 0, ring = 1, chain = 2, binomial_tree = 3, dissemination = 4, recursive_doubling = 5, pairwise = 6,
+  shm = 7,
 };
 
 // What every rank must agree on for one call.
@@ -62,6 +63,15 @@ class Call {
   int rank() const noexcept { return comm_.rank(); }
   int size() const noexcept { return comm_.size(); }
   const Config& config() const noexcept { return comm_.config(); }
+  detail::CommImpl& comm() noexcept { return comm_; }
+  const Signature& signature() const noexcept { return sig_; }
+  std::uint64_t seq() const noexcept { return seq_; }
+  // ANTDT_TIMEOUT_MS from the first wait that needed it (or restart_deadline()):
+  // calls that never block read no clock for it.
+  transport::Deadline deadline();
+  // True for calls numbered by the communicator's collective sequence (they
+  // announce themselves in the shared-memory mailbox, see allreduce_shm.cpp).
+  bool sequenced() const noexcept { return sequenced_; }
   std::span<std::byte> scratch(std::size_t bytes) { return comm_.scratch(bytes); }
 
   // Posts into pool slot `index` (the algorithm numbers its operations; indexes
@@ -84,6 +94,13 @@ class Call {
   // and waited for much later).
   void restart_deadline();
 
+  // For algorithms that wait outside the transport (shared memory): the same
+  // failure handling as the transport waits (mark failed, abort the peers, throw).
+  [[noreturn]] void fail_mismatch(const std::string& reason) { fail(Status::mismatch, reason); }
+  [[noreturn]] void fail_timeout(const std::string& reason) { fail(Status::timeout, reason); }
+  // Drives the transport once and throws when this rank or a peer aborted.
+  void check_aborted();
+
  private:
   [[noreturn]] void fail(Status status, const std::string& reason);
   void throw_if_aborted();  // throws when this rank or a peer aborted the transport
@@ -97,10 +114,15 @@ class Call {
   std::uint64_t hash_;
   std::uint64_t seq_;
   std::uint64_t tag_;
-  transport::Deadline deadline_;
-  transport::Clock::time_point started_ = transport::Clock::now();
+  transport::Deadline deadline_{};
+  bool has_deadline_ = false;
+  // Time spent in the collective, for the Monitor, only while the trainer
+  // marks a step (clock reads cost tens of ns: small collectives notice).
+  bool timed_;
+  transport::Clock::time_point started_ = timed_ ? transport::Clock::now() : transport::Clock::time_point{};
   std::size_t high_water_ = 0;  // slots [0, high_water_) may have been posted
   std::size_t base_ = 0;
+  bool sequenced_ = false;
 };
 
 }  // namespace antdt::coll

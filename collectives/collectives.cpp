@@ -307,6 +307,7 @@ Algo allreduce_algorithm(std::size_t count, DataType dtype, int nranks, Allreduc
   switch (forced) {
     case AllreduceAlgo::ring: return Algo::ring;
     case AllreduceAlgo::recursive_doubling: return Algo::recursive_doubling;
+    case AllreduceAlgo::shm:  // beyond the shared-memory path's reach: as auto
     case AllreduceAlgo::automatic: break;
   }
   const std::size_t esize = dtype_size(dtype);
@@ -317,8 +318,27 @@ Algo allreduce_algorithm(std::size_t count, DataType dtype, int nranks, Allreduc
 // ---------------------------------------------------------------------------
 // Entry points
 // ---------------------------------------------------------------------------
+bool use_shm_allreduce(const detail::CommImpl& comm, std::size_t bytes) {
+  const Config& cfg = comm.config();
+  const bool allowed = cfg.allreduce_algo == AllreduceAlgo::automatic || cfg.allreduce_algo == AllreduceAlgo::shm;
+  return allowed && comm.size() > 1 && bytes <= cfg.shm_max_bytes && cfg.shm_max_bytes > 0 &&
+         (!comm.shm_tried() || comm.shm() != nullptr);
+}
+
 void run_allreduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype,
                    ReduceOp op) {
+  const std::size_t bytes_total = count * dtype_size(dtype);
+  if (use_shm_allreduce(comm, bytes_total)) {
+    Call call(comm, Signature{Kind::allreduce, count, dtype, op, -1, Algo::shm});
+    if (shm_ready(call)) {
+      allreduce_shm(call, bytes(send), bytes(recv), count, dtype, op);
+      return;
+    }
+    // Set-up found no common node: every rank learnt it in this call and
+    // finishes it with recursive doubling; later calls choose without shm.
+    allreduce_recursive_doubling(call, bytes(send), bytes(recv), count, dtype, op);
+    return;
+  }
   const Algo algo = allreduce_algorithm(count, dtype, comm.size(), comm.config().allreduce_algo);
   Call call(comm, Signature{Kind::allreduce, count, dtype, op, -1, algo});
   if (comm.size() == 1) {

@@ -78,6 +78,11 @@ RequestPtr irecv(detail::CommImpl& comm, void* buf, std::size_t count, DataType 
 // up to recursive_doubling_max_bytes(nranks) and the ring above. A function of
 // values every rank shares, so every rank chooses the same.
 Algo allreduce_algorithm(std::size_t count, DataType dtype, int nranks, AllreduceAlgo forced);
+// Whether an AllReduce of `bytes` bytes runs through the node-local
+// shared-memory mailbox: more than one rank, at most ANTDT_SHM_MAX_BYTES,
+// ANTDT_ALGO auto or shm, and the mailbox not known to be unavailable. Every
+// rank gets the same answer (the mailbox's availability is agreed at set-up).
+bool use_shm_allreduce(const detail::CommImpl& comm, std::size_t bytes);
 // The α-β-γ model's crossover (docs/collectives.md#allreduce-selection).
 std::size_t recursive_doubling_max_bytes(int nranks);
 

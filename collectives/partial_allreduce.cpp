@@ -193,8 +193,11 @@ void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision
       // With every rank and equal weights, the algorithm a plain allreduce
       // would choose: the result is then bit-identical to it (invariant 5).
       const bool everyone = static_cast<int>(members.size()) == comm.size();
-      if (everyone && allreduce_algorithm(count, sig.dtype, comm.size(), comm.config().allreduce_algo) ==
-                          Algo::recursive_doubling)
+      // (Shared memory only with every rank: its rounds must be the same on all.)
+      if (everyone && use_shm_allreduce(comm, bytes) && shm_ready(ring))
+        allreduce_shm(ring, send, own_result, count, sig.dtype, sig.op);
+      else if (everyone && allreduce_algorithm(count, sig.dtype, comm.size(), comm.config().allreduce_algo) ==
+                               Algo::recursive_doubling)
         allreduce_recursive_doubling(ring, send, own_result, count, sig.dtype, sig.op);
       else
         allreduce_ring(ring, send, own_result, count, sig.dtype, sig.op, members);

@@ -67,6 +67,11 @@ void record_collective(detail::CommImpl& comm, double wait_s, double transfer_s)
   st.timer.add_transfer(transfer_s);
 }
 
+bool collective_timing_active(detail::CommImpl& comm) {
+  auto& holder = comm.step_state();
+  return holder && static_cast<StepState&>(*holder).timer.in_step();
+}
+
 std::optional<double> last_compute_seconds(detail::CommImpl& comm) {
   auto& holder = comm.step_state();
   if (!holder) return std::nullopt;

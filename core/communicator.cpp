@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/shm_channel.hpp"
 
 namespace antdt::detail {
 
@@ -15,6 +16,11 @@ CommImpl::CommImpl(std::unique_ptr<transport::Transport> transport, std::uint32_
 
 CommImpl::~CommImpl() = default;
 
+void CommImpl::set_shm(std::unique_ptr<ShmChannel> channel) noexcept {
+  shm_ = std::move(channel);
+  shm_tried_ = true;
+}
+
 OpSlot& CommImpl::slot(std::size_t index) {
   // A new slot starts idle (not pending): it has never been posted.
   while (slots_.size() <= index) slots_.emplace_back().completion.state.store(transport::State::done);
@@ -27,6 +33,7 @@ std::span<std::byte> CommImpl::scratch(std::size_t bytes) {
 }
 
 void CommImpl::check_usable() const {
+  if (!failed_.load(std::memory_order_acquire)) return;  // every call asks: no lock in the common case
   std::lock_guard lock(failure_mu_);
   if (failure_)
     throw_status(failure_->first, cat("communicator is unusable after an earlier failure: ", failure_->second));
@@ -35,6 +42,7 @@ void CommImpl::check_usable() const {
 void CommImpl::mark_failed(Status status, const std::string& reason) {
   std::lock_guard lock(failure_mu_);
   if (!failure_) failure_.emplace(status, reason);
+  failed_.store(true, std::memory_order_release);
 }
 
 void CommImpl::abort(std::string_view reason) noexcept {

@@ -21,6 +21,8 @@
 
 namespace antdt::detail {
 
+class ShmChannel;  // core/shm_channel.hpp
+
 // One posted operation of a collective, with what its receiver expects.
 struct OpSlot {
   transport::Completion completion;
@@ -76,6 +78,14 @@ class CommImpl {
   // The control plane to the arbiter (empty when the communicator was made without one).
   control::Endpoints& control() noexcept { return control_; }
 
+  // The node-local shared-memory mailbox of small AllReduces
+  // (collectives/allreduce_shm.cpp): set up by the first call that may use it;
+  // null when that has not happened yet (shm_tried() false) or the ranks
+  // could not share one (shm_tried() true).
+  ShmChannel* shm() const noexcept { return shm_.get(); }
+  bool shm_tried() const noexcept { return shm_tried_; }
+  void set_shm(std::unique_ptr<ShmChannel> channel) noexcept;
+
  private:
   std::unique_ptr<transport::Transport> transport_;
   std::uint32_t id_;
@@ -86,7 +96,10 @@ class CommImpl {
   std::vector<std::byte> scratch_;
   mutable std::mutex failure_mu_;
   std::optional<std::pair<Status, std::string>> failure_;
+  std::atomic<bool> failed_{false};  // failure_ is set (read without the lock)
   control::Endpoints control_;
+  std::unique_ptr<ShmChannel> shm_;
+  bool shm_tried_ = false;
   std::unique_ptr<CollectiveState> partial_state_;  // may hold the arbiter thread, which uses control_
   std::unique_ptr<CollectiveState> step_state_;
   // Last, so destroyed first: it cancels in-flight transfers while the transport still works.

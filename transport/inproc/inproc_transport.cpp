@@ -181,6 +181,8 @@ class InprocTransport final : public Transport {
   }
 
   std::optional<AbortInfo> abort_info() const override {
+    // abort_info_ is only ever set together with aborted_: no lock in the common case.
+    if (!fabric_->aborted_.load(std::memory_order_acquire)) return std::nullopt;
     std::lock_guard guard(fabric_->abort_mu_);
     if (fabric_->abort_info_) return fabric_->abort_info_;
     if (fabric_->aborted_.load(std::memory_order_acquire)) return AbortInfo{-1, static_cast<int>(Status::aborted), {}};

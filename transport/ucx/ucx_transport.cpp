@@ -965,6 +965,9 @@ void UcxTransport::handle_control_message(ucs_status_t status, std::size_t lengt
 }
 
 std::optional<AbortInfo> UcxTransport::abort_info() const {
+  // Every collective asks: answer the common case without the lock
+  // (abort_info_ is only ever set together with aborted_).
+  if (!aborted()) return std::nullopt;
   std::lock_guard guard(abort_mu_);
   if (abort_info_) return abort_info_;
   if (aborted()) return AbortInfo{rank_, static_cast<int>(Status::aborted), {}};

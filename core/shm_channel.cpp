@@ -1,0 +1,228 @@
+#include "core/shm_channel.hpp"
+
+#include "core/error.hpp"
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <fcntl.h>
+#include <fstream>
+#include <functional>
+#include <linux/futex.h>
+#include <new>
+#include <random>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+namespace antdt::detail {
+namespace {
+
+constexpr std::uint64_t kMagic = 0x414e544454534d31ULL;  // "ANTDTSM1"
+constexpr std::size_t kLine = 64;
+
+constexpr std::size_t round_up(std::size_t n, std::size_t to) noexcept { return (n + to - 1) / to * to; }
+
+std::uint64_t fnv1a(std::string_view text, std::uint64_t h = 0xcbf29ce484222325ULL) noexcept {
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+// The futex word is the low half of the round: a reader sleeps while it still
+// holds the value it saw, and every publish changes it.
+std::uint32_t futex_value(std::uint64_t round) noexcept { return static_cast<std::uint32_t>(round); }
+
+}  // namespace
+
+// Each slot starts on its own cache line (so a writer never shares a line with
+// another slot) with this 32-byte header, and its data follows in the same
+// line: a reader of a message up to 32 bytes moves one line.
+struct ShmChannel::SlotHeader {
+  std::atomic<std::uint64_t> round{0};  // the round whose data the slot holds (0: none yet)
+  std::atomic<std::uint64_t> hash{0};
+  std::atomic<std::uint64_t> bytes{0};
+  std::atomic<std::uint32_t> futex{0};
+  std::uint32_t unused = 0;
+};
+
+struct alignas(kLine) AnnounceLine {
+  std::atomic<std::uint64_t> seq{0};
+  std::atomic<std::uint64_t> hash{0};
+};
+
+struct alignas(kLine) ShmChannel::SegmentHeader {
+  std::atomic<std::uint64_t> magic{0};  // stored last by the creator
+  std::uint64_t nranks = 0;
+  std::uint64_t slot_bytes = 0;
+  std::atomic<std::uint32_t> sleepers{0};  // readers inside a futex wait (any slot)
+};
+
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free && std::atomic<std::uint32_t>::is_always_lock_free,
+              "shared-memory atomics must be lock-free to work across processes");
+static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t), "futex word layout");
+
+NodeKey NodeKey::local() {
+  NodeKey key;
+  char host[HOST_NAME_MAX + 1] = {};
+  if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  std::string boot_id;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
+  key.host = fnv1a(boot_id, fnv1a(host));
+  struct stat st {};
+  if (::stat("/proc/self/ns/ipc", &st) == 0) key.ipc_ns = static_cast<std::uint64_t>(st.st_ino);
+  key.uid = static_cast<std::uint64_t>(::geteuid());
+  return key;
+}
+
+std::size_t ShmChannel::slot_stride(std::size_t slot_bytes) noexcept {
+  static_assert(sizeof(SlotHeader) == 32 && kLine % alignof(SlotHeader) == 0);
+  return round_up(sizeof(SlotHeader) + slot_bytes, kLine);
+}
+
+std::size_t ShmChannel::segment_bytes(int nranks, std::size_t slot_bytes) noexcept {
+  const auto n = static_cast<std::size_t>(nranks);
+  return sizeof(SegmentHeader) + n * sizeof(AnnounceLine) + 2 * n * slot_stride(slot_bytes);
+}
+
+std::string ShmChannel::make_name(std::uint32_t comm_id) {
+  std::random_device rd;
+  const std::uint64_t nonce = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  return cat("/antdt-", ::getpid(), "-", comm_id, "-", std::hex, nonce);
+}
+
+std::unique_ptr<ShmChannel> ShmChannel::create(std::string name, int nranks, int rank, std::size_t slot_bytes) {
+  ANTDT_CHECK_ARG(nranks >= 1 && rank >= 0 && rank < nranks, "shared-memory channel: rank ", rank, " of ", nranks);
+  const std::size_t bytes = segment_bytes(nranks, slot_bytes);
+  const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) raise<TransportError>("shm_open(", name, ", O_CREAT) failed: ", std::strerror(errno));
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    const int err = errno;
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    raise<TransportError>("ftruncate of shared memory ", name, " to ", bytes, " bytes failed: ", std::strerror(err));
+  }
+  // MAP_POPULATE: page faults happen here, not in the first collectives.
+  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  const int err = errno;
+  ::close(fd);
+  if (base == MAP_FAILED) {
+    ::shm_unlink(name.c_str());
+    raise<TransportError>("mmap of shared memory ", name, " (", bytes, " bytes) failed: ", std::strerror(err));
+  }
+  // ftruncate zero-filled the segment: every slot and announcement starts at
+  // 0 (no round, no call). The layout fields let the other ranks check that
+  // they agree on it.
+  auto* header = ::new (base) SegmentHeader{};
+  header->nranks = static_cast<std::uint64_t>(nranks);
+  header->slot_bytes = slot_bytes;
+  header->magic.store(kMagic, std::memory_order_release);
+  return std::make_unique<ShmChannel>(Key{}, std::move(name), nranks, rank, slot_bytes, base, bytes);
+}
+
+std::unique_ptr<ShmChannel> ShmChannel::open(std::string name, int nranks, int rank, std::size_t slot_bytes) {
+  ANTDT_CHECK_ARG(nranks >= 1 && rank >= 0 && rank < nranks, "shared-memory channel: rank ", rank, " of ", nranks);
+  const std::size_t bytes = segment_bytes(nranks, slot_bytes);
+  const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
+  if (fd < 0) raise<TransportError>("shm_open(", name, ") failed: ", std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != bytes) {
+    ::close(fd);
+    raise<TransportError>("shared memory ", name, " has ", st.st_size, " bytes, expected ", bytes);
+  }
+  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  const int err = errno;
+  ::close(fd);
+  if (base == MAP_FAILED) raise<TransportError>("mmap of shared memory ", name, " failed: ", std::strerror(err));
+  auto channel = std::make_unique<ShmChannel>(Key{}, std::move(name), nranks, rank, slot_bytes, base, bytes);
+  const auto& header = channel->header();
+  if (header.magic.load(std::memory_order_acquire) != kMagic ||
+      header.nranks != static_cast<std::uint64_t>(nranks) || header.slot_bytes != slot_bytes)
+    raise<TransportError>("shared memory ", channel->name_, " has another layout (", header.nranks, " ranks, ",
+                          header.slot_bytes, "-byte slots; expected ", nranks, ", ", slot_bytes, ")");
+  return channel;
+}
+
+ShmChannel::ShmChannel(Key, std::string name, int nranks, int rank, std::size_t slot_bytes, void* base,
+                       std::size_t mapped)
+    : name_(std::move(name)), nranks_(nranks), rank_(rank), slot_bytes_(slot_bytes), base_(base), mapped_(mapped) {}
+
+ShmChannel::~ShmChannel() {
+  if (rank_ == 0) unlink();
+  ::munmap(base_, mapped_);
+}
+
+void ShmChannel::unlink() noexcept {
+  if (unlinked_) return;
+  unlinked_ = true;
+  ::shm_unlink(name_.c_str());  // ENOENT when already gone: fine
+}
+
+ShmChannel::SegmentHeader& ShmChannel::header() const noexcept { return *static_cast<SegmentHeader*>(base_); }
+
+ShmChannel::SlotHeader& ShmChannel::slot(int rank, std::uint64_t round) const noexcept {
+  auto* at = static_cast<std::byte*>(base_) + sizeof(SegmentHeader) +
+             static_cast<std::size_t>(nranks_) * sizeof(AnnounceLine) +
+             (static_cast<std::size_t>(rank) * 2 + (round & 1)) * slot_stride(slot_bytes_);
+  return *reinterpret_cast<SlotHeader*>(at);
+}
+
+std::span<std::byte> ShmChannel::own_slot(std::uint64_t round) noexcept {
+  return {reinterpret_cast<std::byte*>(&slot(rank_, round) + 1), slot_bytes_};
+}
+
+void ShmChannel::publish(std::uint64_t round, std::uint64_t hash, std::size_t bytes) noexcept {
+  SlotHeader& s = slot(rank_, round);
+  s.hash.store(hash, std::memory_order_relaxed);
+  s.bytes.store(bytes, std::memory_order_relaxed);
+  s.round.store(round, std::memory_order_release);  // the data and the fields above are visible with it
+  // seq_cst store then seq_cst load of sleepers, mirrored by the reader's
+  // increment then load: either the reader sees the new value or we see it asleep.
+  s.futex.store(futex_value(round), std::memory_order_seq_cst);
+  if (header().sleepers.load(std::memory_order_seq_cst) > 0)
+    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&s.futex), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+ShmChannel::Peek ShmChannel::peek(int peer, std::uint64_t round) const noexcept {
+  const SlotHeader& s = slot(peer, round);
+  Peek p;
+  if (s.round.load(std::memory_order_acquire) != round) return p;
+  p.ready = true;
+  p.hash = s.hash.load(std::memory_order_relaxed);
+  p.bytes = s.bytes.load(std::memory_order_relaxed);
+  p.data = {reinterpret_cast<const std::byte*>(&s + 1), std::min<std::size_t>(p.bytes, slot_bytes_)};
+  return p;
+}
+
+void ShmChannel::announce(std::uint64_t seq, std::uint64_t hash) noexcept {
+  auto* lines = reinterpret_cast<AnnounceLine*>(static_cast<std::byte*>(base_) + sizeof(SegmentHeader));
+  lines[rank_].hash.store(hash, std::memory_order_relaxed);
+  lines[rank_].seq.store(seq, std::memory_order_release);
+}
+
+ShmChannel::Announcement ShmChannel::announced(int peer) const noexcept {
+  const auto* lines = reinterpret_cast<const AnnounceLine*>(static_cast<const std::byte*>(base_) + sizeof(SegmentHeader));
+  Announcement a;
+  a.seq = lines[peer].seq.load(std::memory_order_acquire);
+  a.hash = lines[peer].hash.load(std::memory_order_relaxed);
+  return a;
+}
+
+void ShmChannel::sleep_until_published(int peer, std::uint64_t round, std::chrono::microseconds max_wait) noexcept {
+  SlotHeader& s = slot(peer, round);
+  auto& sleepers = header().sleepers;
+  sleepers.fetch_add(1, std::memory_order_seq_cst);
+  const std::uint32_t seen = s.futex.load(std::memory_order_seq_cst);
+  if (seen != futex_value(round)) {
+    const auto us = max_wait.count();
+    timespec timeout{static_cast<time_t>(us / 1'000'000), static_cast<long>(us % 1'000'000) * 1000};
+    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&s.futex), FUTEX_WAIT, seen, &timeout, nullptr, 0);
+  }
+  sleepers.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+}  // namespace antdt::detail

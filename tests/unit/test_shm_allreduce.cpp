@@ -1,0 +1,232 @@
+// The node-local shared-memory AllReduce (collectives/allreduce_shm.cpp,
+// core/shm_channel.hpp) with ranks as threads over both transports: every
+// dtype x op x 1..5 ranks x odd counts x in place against the reference and
+// bit-identical on every rank; many rounds through the two slots of each
+// rank; the sleeping (futex) wait; mismatched calls on the same path and on
+// different paths; the set-up leaves nothing in /dev/shm; a segment with
+// another layout is refused. Multi-process coverage: the mpirun collective
+// tests, whose small AllReduces take this path.
+#include "comm_fixture.hpp"
+#include "reference.hpp"
+
+#include "collectives/collectives.hpp"
+#include "core/dtype.hpp"
+#include "core/shm_channel.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <dirent.h>
+#include <stdexcept>
+#include <thread>
+#include <unistd.h>
+
+namespace antdt::test {
+namespace {
+
+Config shm_config(AllreduceAlgo algo = AllreduceAlgo::shm) {
+  Config cfg = test_config();
+  cfg.allreduce_algo = algo;
+  cfg.shm_max_bytes = 16 << 10;
+  return cfg;
+}
+
+// The names of this process's mailboxes left in /dev/shm.
+std::vector<std::string> leftover_segments() {
+  std::vector<std::string> names;
+  const std::string prefix = cat("antdt-", ::getpid(), "-");
+  if (DIR* dir = ::opendir("/dev/shm")) {
+    while (dirent* e = ::readdir(dir))
+      if (std::string_view(e->d_name).starts_with(prefix)) names.emplace_back(e->d_name);
+    ::closedir(dir);
+  }
+  return names;
+}
+
+class ShmAllreduce : public ::testing::TestWithParam<std::tuple<TransportKind, int>> {};
+
+TEST_P(ShmAllreduce, EveryDtypeAndOpMatchesTheReferenceOnEveryRank) {
+  const auto [kind, n] = GetParam();
+  std::vector<std::vector<std::byte>> results(static_cast<std::size_t>(n));
+  expect_all_ok(run_ranks(
+      n, kind,
+      [&](Communicator& comm) {
+        const int r = comm.rank();
+        std::vector<std::byte> all_results;
+        for (DataType t : kAllTypes) {
+          const std::size_t esize = dtype_size(t);
+          for (ReduceOp op : kAllOps) {
+            for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1003}}) {
+              if (count * esize > 16 << 10) continue;
+              for (bool in_place : {false, true}) {
+                std::vector<std::byte> send(count * esize), recv(count * esize);
+                for (std::size_t i = 0; i < count; ++i) store(t, send.data(), i, input(t, op, r, i));
+                void* out = in_place ? send.data() : recv.data();
+                comm.allreduce(send.data(), out, count, t, op);
+                const auto* got = static_cast<const std::byte*>(out);
+                for (std::size_t i = 0; i < count; ++i) {
+                  const double want = expected(t, op, n, i), value = load(t, got, i);
+                  if (!close_enough(t, op, value, want))
+                    throw std::runtime_error(cat(dtype_name(t), " ", op_name(op), " count ", count,
+                                                 in_place ? " in place" : "", ": element ", i, " is ", value,
+                                                 ", expected ", want));
+                }
+                all_results.insert(all_results.end(), got, got + count * esize);
+              }
+            }
+          }
+        }
+        results[static_cast<std::size_t>(r)] = std::move(all_results);
+        if (n > 1 && comm.impl().shm() == nullptr) throw std::runtime_error("the mailbox was not set up");
+      },
+      shm_config()));
+  for (int r = 1; r < n; ++r) EXPECT_EQ(results[static_cast<std::size_t>(r)], results[0]) << "rank " << r;
+  EXPECT_TRUE(leftover_segments().empty());
+}
+
+TEST_P(ShmAllreduce, ResultIsTheRankOrderReduction) {
+  // Every rank must compute ((x0 + x1) + x2) + ...: f32 values whose sums
+  // round differently in another order.
+  const auto [kind, n] = GetParam();
+  expect_all_ok(run_ranks(
+      n, kind,
+      [&](Communicator& comm) {
+        std::vector<float> send(64), got(64);
+        for (std::size_t i = 0; i < send.size(); ++i)
+          send[i] = comm.rank() % 2 == 0 ? 1e8f : 1.0f + static_cast<float>(i % 3) * 0.37f;
+        comm.allreduce(send.data(), got.data(), send.size(), DataType::f32, ReduceOp::sum);
+        for (std::size_t i = 0; i < send.size(); ++i) {
+          float want = 0;
+          for (int p = 0; p < n; ++p) {
+            const float x = p % 2 == 0 ? 1e8f : 1.0f + static_cast<float>(i % 3) * 0.37f;
+            want = p == 0 ? x : want + x;
+          }
+          if (std::memcmp(&want, &got[i], sizeof want) != 0)
+            throw std::runtime_error(cat("element ", i, " is ", got[i], ", the rank-order sum is ", want));
+        }
+      },
+      shm_config()));
+}
+
+TEST_P(ShmAllreduce, ManyRoundsReuseBothSlotsWithoutMixingData) {
+  const auto [kind, n] = GetParam();
+  expect_all_ok(run_ranks(
+      n, kind,
+      [&](Communicator& comm) {
+        for (std::uint64_t round = 0; round < 2000; ++round) {
+          const std::size_t count = 1 + round % 17;  // sizes change every round
+          std::vector<std::uint64_t> v(count);
+          for (std::size_t i = 0; i < count; ++i) v[i] = round * 1000 + static_cast<std::uint64_t>(comm.rank()) + i;
+          comm.allreduce(v.data(), v.data(), count, DataType::u64, ReduceOp::sum);
+          const auto nn = static_cast<std::uint64_t>(n);
+          for (std::size_t i = 0; i < count; ++i) {
+            const std::uint64_t want = nn * (round * 1000 + i) + nn * (nn - 1) / 2;
+            if (v[i] != want) throw std::runtime_error(cat("round ", round, " element ", i, ": ", v[i], " != ", want));
+          }
+        }
+      },
+      shm_config()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, ShmAllreduce,
+                         ::testing::Combine(::testing::Values(TransportKind::inproc, TransportKind::ucx),
+                                            ::testing::Values(1, 2, 3, 4, 5)),
+                         [](const auto& param_info) {
+                           return cat(to_string(std::get<0>(param_info.param)), "_", std::get<1>(param_info.param), "ranks");
+                         });
+
+TEST(ShmAllreduceWait, SleepingReadersAreWokenByTheWriter) {
+  // ANTDT_PROGRESS=wake: readers go to sleep on the futex at once; the last
+  // rank arrives late every round.
+  Config cfg = shm_config();
+  cfg.progress = ProgressMode::wake;
+  const int n = 3;
+  expect_all_ok(run_ranks(
+      n, TransportKind::inproc,
+      [&](Communicator& comm) {
+        for (int round = 0; round < 20; ++round) {
+          if (comm.rank() == n - 1) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+          std::int32_t v = comm.rank() + round;
+          comm.allreduce(&v, &v, 1, DataType::i32, ReduceOp::max);
+          if (v != n - 1 + round) throw std::runtime_error(cat("round ", round, ": max is ", v));
+        }
+      },
+      cfg));
+}
+
+TEST(ShmAllreduceMismatch, DifferentCountsOnTheSharedMemoryPathFailWithMismatch) {
+  const int n = 3;
+  const Outcomes out = run_ranks(
+      n, TransportKind::inproc,
+      [&](Communicator& comm) {
+        std::vector<float> v(16, 1.0f);
+        comm.allreduce(v.data(), v.data(), 4, DataType::f32, ReduceOp::sum);  // sets the mailbox up
+        comm.allreduce(v.data(), v.data(), comm.rank() == 1 ? 5 : 4, DataType::f32, ReduceOp::sum);
+      },
+      shm_config());
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(failed_with<MismatchError>(out, r)) << r << ": " << failure_of(out, r);
+}
+
+TEST(ShmAllreduceMismatch, ARankOnAnotherPathFailsWithMismatchNotTimeout) {
+  // Rank 1's count is past ANTDT_SHM_MAX_BYTES (ring); the others wait in
+  // shared memory and must see rank 1's announced signature differ.
+  Config cfg = shm_config(AllreduceAlgo::automatic);
+  cfg.shm_max_bytes = 4096;
+  cfg.timeout = std::chrono::seconds(20);
+  const int n = 3;
+  const auto start = std::chrono::steady_clock::now();
+  const Outcomes out = run_ranks(
+      n, TransportKind::inproc,
+      [&](Communicator& comm) {
+        std::vector<float> v(4096, 1.0f);
+        comm.allreduce(v.data(), v.data(), 4, DataType::f32, ReduceOp::sum);
+        comm.allreduce(v.data(), v.data(), comm.rank() == 1 ? 4096 : 4, DataType::f32, ReduceOp::sum);
+      },
+      cfg);
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(failed_with<MismatchError>(out, r)) << r << ": " << failure_of(out, r);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, cfg.timeout) << "found by a timeout, not by the signature";
+}
+
+TEST(ShmAllreduceSelection, ForcedTransportAlgorithmsAndZeroLimitNeverUseSharedMemory) {
+  for (Config cfg : {shm_config(AllreduceAlgo::ring), shm_config(AllreduceAlgo::recursive_doubling),
+                     [] {
+                       Config c = shm_config(AllreduceAlgo::automatic);
+                       c.shm_max_bytes = 0;
+                       return c;
+                     }()}) {
+    expect_all_ok(run_ranks(
+        2, TransportKind::inproc,
+        [&](Communicator& comm) {
+          float v = 1;
+          comm.allreduce(&v, &v, 1, DataType::f32, ReduceOp::sum);
+          if (v != 2) throw std::runtime_error(cat("sum is ", v));
+          if (comm.impl().shm_tried()) throw std::runtime_error("the mailbox was set up");
+        },
+        cfg));
+  }
+}
+
+TEST(ShmChannel, OpenRefusesASegmentOfAnotherLayoutAndCreateRefusesAnExistingName) {
+  const std::string name = detail::ShmChannel::make_name(7);
+  auto created = detail::ShmChannel::create(name, 2, 0, 1024);
+  EXPECT_THROW(detail::ShmChannel::create(name, 2, 0, 1024), TransportError);
+  EXPECT_THROW(detail::ShmChannel::open(name, 3, 1, 1024), TransportError);  // size differs
+  auto opened = detail::ShmChannel::open(name, 2, 1, 1024);
+  // Data published by one side is seen by the other, for the right round only.
+  const std::uint64_t round = created->next_round();
+  std::memset(created->own_slot(round).data(), 0x5a, 10);
+  EXPECT_FALSE(opened->peek(0, round).ready);
+  created->publish(round, 99, 10);
+  const auto p = opened->peek(0, round);
+  ASSERT_TRUE(p.ready);
+  EXPECT_EQ(p.hash, 99u);
+  ASSERT_EQ(p.data.size(), 10u);
+  EXPECT_EQ(p.data[9], std::byte{0x5a});
+  EXPECT_FALSE(opened->peek(0, round + 1).ready);
+  created.reset();  // rank 0 removes the name
+  EXPECT_THROW(detail::ShmChannel::open(name, 2, 1, 1024), TransportError);
+}
+
+}  // namespace
+}  // namespace antdt::test
