@@ -151,6 +151,47 @@ TEST(Coordinator, RestartIsAgreedPerStepAndStartsANewGeneration) {
   EXPECT_EQ(s.generation, 1u);
 }
 
+// A policy that orders rank 1 to restart once, at its first decision.
+class RestartRankOne final : public Policy {
+ public:
+  std::string_view name() const noexcept override { return "test-restart-rank-one"; }
+  std::optional<std::vector<RankPlan>> decide(const PolicyContext& ctx, const MonitorView&) override {
+    if (ordered_) return std::nullopt;
+    ordered_ = true;
+    std::vector<RankPlan> plans(ctx.plans.begin(), ctx.plans.end());
+    plans.at(1).restart = true;
+    return plans;
+  }
+
+ private:
+  bool ordered_ = false;
+};
+
+TEST(Coordinator, PolicyRestartOrderReachesEveryRankAtOneStep) {
+  register_policy("test-restart-rank-one", [](std::string_view) { return std::make_unique<RestartRankOne>(); });
+  auto o = options_for(3, 0, 1, 1, 6);
+  o.policy = "test-restart-rank-one";
+  Coordinator c(o);
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(c.hello(r, 0, 0).accepted);
+  for (int r = 0; r < 3; ++r) EXPECT_FALSE(c.plan(r, 1).plan.restart);
+  for (int r = 0; r < 3; ++r) c.report(r, Report{1, 0.01, 0, 0, 2, Fate::included});
+  ASSERT_EQ(c.stats().steps_closed, 1u);  // the policy decided after step 1
+  // Ranks 0 and 2 run ahead: their plans of step 2 already carry the new generation.
+  EXPECT_EQ(c.plan(0, 2).generation, 1u);
+  EXPECT_EQ(c.plan(2, 2).generation, 1u);
+  EXPECT_FALSE(c.plan(0, 2).plan.restart);
+  const Plan p1 = c.plan(1, 2);
+  EXPECT_TRUE(p1.plan.restart);
+  EXPECT_EQ(p1.generation, 1u);
+  c.bye(1, true);
+  const Welcome w = c.hello(1, 1, 0);
+  ASSERT_TRUE(w.accepted);
+  EXPECT_EQ(w.resume_step, 2u);
+  EXPECT_FALSE(c.plan(1, 2).plan.restart);
+  EXPECT_FALSE(c.plan(1, 3).plan.restart);  // the order is done once the rank came back
+  EXPECT_EQ(c.stats().restarts_done, 1u);
+}
+
 TEST(Coordinator, HelloRefusals) {
   Coordinator c(options_for(2, 0, 1, 1, 2));
   EXPECT_FALSE(c.hello(2, 0, 0).accepted);
