@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 
 namespace antdt::sched {
 namespace {
@@ -33,6 +34,12 @@ const char* late_name(LatePolicy p) {
     case LatePolicy::defer: return "defer";
   }
   return "?";
+}
+
+double thread_cpu_s() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 }  // namespace
@@ -166,6 +173,7 @@ void Controller::check_plans(const std::vector<RankPlan>& plans, std::string_vie
 
 std::optional<Decision> Controller::on_step(std::uint64_t step, std::span<const StepRecord> records) {
   const auto start = std::chrono::steady_clock::now();
+  const double cpu_start = thread_cpu_s();
   std::lock_guard decide_lock(decide_mu_);
 
   if (options_.feed_monitor && !records.empty()) monitor_.record_step(records);
@@ -235,14 +243,18 @@ std::optional<Decision> Controller::on_step(std::uint64_t step, std::span<const 
       }
     }
     history_.emplace(effective, PlanSet{*plans, step});
-    prune_locked();
     ++stats_.decisions;
     decision = Decision{effective, std::move(*plans), policy_->reason(), step};
   }
 
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::lock_guard lock(mu_);
+  prune_locked();  // O(ranks): once per step, not per question
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double cpu = thread_cpu_s() - cpu_start;
   ++stats_.steps;
+  stats_.last_decide_cpu_s = cpu;
+  stats_.max_decide_cpu_s = std::max(stats_.max_decide_cpu_s, cpu);
+  stats_.total_decide_cpu_s += cpu;
   stats_.last_decide_s = seconds;
   stats_.max_decide_s = std::max(stats_.max_decide_s, seconds);
   stats_.total_decide_s += seconds;
@@ -271,7 +283,6 @@ RankPlan Controller::plan_for(int rank, std::uint64_t step) {
   asked_[r] = std::max(asked_[r], step + 1);
   if (!any_asked_ || step > highest_asked_) highest_asked_ = step;
   any_asked_ = true;
-  prune_locked();
   return plan;
 }
 

@@ -78,6 +78,11 @@ struct ControllerStats {
   double last_decide_s = 0;             // wall time of the last on_step(), seconds
   double max_decide_s = 0;
   double total_decide_s = 0;
+  // The same in CPU time of the calling thread: what a step costs without the
+  // waits of a loaded machine (preemption) in it.
+  double last_decide_cpu_s = 0;
+  double max_decide_cpu_s = 0;
+  double total_decide_cpu_s = 0;
 };
 
 class Controller {

@@ -9,7 +9,6 @@
 #include <limits>
 #include <map>
 #include <mutex>
-#include <numeric>
 #include <utility>
 
 namespace antdt {
@@ -175,29 +174,38 @@ std::vector<std::uint64_t> split_batch(std::uint64_t total, std::span<const doub
     frac[i] = clamped - f;
     sum += out[i];
   }
-  std::vector<std::size_t> order(n);
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  if (sum < total) {
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return frac[a] > frac[b]; });
-    while (sum < total) {
-      for (std::size_t i : order) {
-        if (sum == total) break;
-        if (out[i] < hi) {
-          ++out[i];
-          ++sum;
-        }
-      }
+  // The d largest fractions among the shares that may still grow (or the d
+  // smallest among those that may shrink), ties to the lower index: a strict
+  // order, so nth_element (O(n)) finds the same set a sort would.
+  std::vector<std::size_t> candidates;
+  candidates.reserve(n);
+  while (sum != total) {
+    const bool grow = sum < total;
+    candidates.clear();
+    for (std::size_t i = 0; i < n; ++i) {
+      if (grow ? out[i] < hi : out[i] > lo) candidates.push_back(i);
     }
-  } else if (sum > total) {
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return frac[a] < frac[b]; });
-    while (sum > total) {
-      for (std::size_t i : order) {
-        if (sum == total) break;
-        if (out[i] > lo) {
-          --out[i];
-          --sum;
-        }
+    ANTDT_ASSERT(!candidates.empty());  // the bounds were checked feasible above
+    const std::uint64_t gap = grow ? total - sum : sum - total;
+    const std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(gap, candidates.size()));
+    const auto before = [&](std::size_t a, std::size_t b) {
+      if (frac[a] != frac[b]) return grow ? frac[a] > frac[b] : frac[a] < frac[b];
+      return a < b;
+    };
+    if (take < candidates.size()) {
+      std::nth_element(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(take), candidates.end(),
+                       before);
+    }
+    for (std::size_t k = 0; k < take; ++k) {
+      const std::size_t i = candidates[k];
+      if (grow) {
+        ++out[i];
+        ++sum;
+      } else {
+        --out[i];
+        --sum;
       }
+      frac[i] = grow ? -1.0 : 2.0;  // moved once: last in line for another round
     }
   }
   return out;

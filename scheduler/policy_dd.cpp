@@ -15,7 +15,7 @@ namespace {
 struct DdOptions {
   double threshold = 0.1;          // a change needs some b_i to move by more than this fraction of itself
   std::uint64_t interval = 20;     // steps between batch changes; also how long defer outlives the last transient
-  std::uint64_t warmup = 10;       // steps of statistics before the first change
+  std::uint64_t warmup = 5;        // steps of statistics before the first change
   std::uint32_t staleness = 1;     // bound of defer
   bool defer_transients = true;
 };

@@ -2,7 +2,8 @@
 // (dynamic sharding balances the data: fast ranks fetch more shards), `drop`
 // while there are stragglers (backup workers: a late rank's samples go back to
 // the DDS), re-split of a slow rank's shard, and restart of a persistent
-// straggler (at most max_restarts_in_flight at once, a cooldown between two).
+// or deterministic straggler (at most max_restarts_in_flight at once, a
+// cooldown between two).
 #include "scheduler/policy_config.hpp"
 
 #include "core/error.hpp"
@@ -14,12 +15,15 @@ namespace antdt::sched {
 namespace {
 
 struct NdOptions {
-  std::uint64_t warmup = 10;             // steps of statistics before the first action
+  std::uint64_t warmup = 5;              // steps of statistics before the first action
   std::uint64_t interval = 20;           // drop outlives the last straggler by this many steps
   bool resplit = true;
   double resplit_slowness = 1.5;         // re-split a straggler's shard while its slowness is above this
-  std::uint64_t resplit_interval = 20;   // steps between two re-splits of one rank
+  std::uint64_t resplit_interval = 1;    // steps between two re-splits of one rank
   bool restart = true;
+  // A rank slow from its first step is, on a shared cluster, a bad placement
+  // like a persistent one; with `drop` its work would be lost at every step.
+  bool restart_deterministic = true;
   std::uint64_t restart_cooldown = 100;  // steps between two restart orders
   std::uint64_t max_restarts_in_flight = 1;
 };
@@ -61,7 +65,9 @@ class NdPolicy final : public Policy {
       }
       // A restarted rank's history says "persistent" until its new records
       // show otherwise: it is not restarted again before it was seen well.
-      if (st.cls == StragglerClass::persistent && !recovering_[i] && st.slowness > restart_slowness) {
+      const bool restartable = st.cls == StragglerClass::persistent ||
+                               (options_.restart_deterministic && st.cls == StragglerClass::deterministic);
+      if (restartable && !recovering_[i] && st.slowness > restart_slowness) {
         restart_rank = rank;
         restart_slowness = st.slowness;
       }
@@ -87,7 +93,7 @@ class NdPolicy final : public Policy {
 
     if (std::equal(plans.begin(), plans.end(), ctx.plans.begin(), ctx.plans.end())) return std::nullopt;
     reason_ = cat("late ", late == LatePolicy::drop ? "drop" : "wait", "; ", resplits, " re-split(s)",
-                  may_restart ? cat("; restart rank ", restart_rank, " (persistent, slowness ", restart_slowness, ")")
+                  may_restart ? cat("; restart rank ", restart_rank, " (slowness ", restart_slowness, ")")
                               : std::string());
     return plans;
   }
@@ -112,6 +118,7 @@ std::unique_ptr<Policy> make_nd_policy(std::string_view config_json) {
   o.resplit_slowness = reader.number("resplit_slowness", o.resplit_slowness, 1, 100);
   o.resplit_interval = reader.integer("resplit_interval", o.resplit_interval, 1, 1'000'000'000);
   o.restart = reader.boolean("restart", o.restart);
+  o.restart_deterministic = reader.boolean("restart_deterministic", o.restart_deterministic);
   o.restart_cooldown = reader.integer("restart_cooldown", o.restart_cooldown, 0, 1'000'000'000);
   o.max_restarts_in_flight = reader.integer("max_restarts_in_flight", o.max_restarts_in_flight, 1, 1'000'000);
   reader.finish();
