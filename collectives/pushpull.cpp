@@ -345,7 +345,13 @@ void PushPullState::push(std::size_t ki, const std::byte* data, double weight) {
   if (sh.partitions > 0) {
     const std::size_t shard_bytes = (sh.hi - sh.lo) * e.esize;
     const std::size_t nworkers = layout_.workers.size();
-    auto staging = call.scratch(nworkers * shard_bytes);
+    // One scratch slot per other worker: slot(w) skips this rank's own position.
+    const std::size_t own = worker_ ? static_cast<std::size_t>(std::lower_bound(layout_.workers.begin(),
+                                                                                layout_.workers.end(), me) -
+                                                               layout_.workers.begin())
+                                    : nworkers;
+    auto slot = [own](std::size_t w) { return w > own ? w - 1 : w; };
+    auto staging = call.scratch((worker_ ? nworkers - 1 : nworkers) * shard_bytes);
     const std::size_t recv_base = index;
     const std::size_t per_worker = sh.partitions + 1;  // weight, then partitions
     for (std::size_t w = 0; w < nworkers; ++w) {
@@ -355,7 +361,7 @@ void PushPullState::push(std::size_t ki, const std::byte* data, double weight) {
       for (std::size_t q = 0; q < sh.partitions; ++q) {
         const auto& p = parts[sh.first_partition + q];
         call.recv(recv_base + w * per_worker + 1 + q, rank,
-                  staging.subspan(w * shard_bytes + (p.first - sh.lo) * e.esize, p.count * e.esize));
+                  staging.subspan(slot(w) * shard_bytes + (p.first - sh.lo) * e.esize, p.count * e.esize));
       }
     }
     for (std::size_t w = 0; w < nworkers; ++w) {
@@ -375,7 +381,7 @@ void PushPullState::push(std::size_t ki, const std::byte* data, double weight) {
           src = data + p.first * e.esize;
         } else {
           call.wait(recv_base + w * per_worker + 1 + q);
-          src = staging.data() + w * shard_bytes + (p.first - sh.lo) * e.esize;
+          src = staging.data() + slot(w) * shard_bytes + (p.first - sh.lo) * e.esize;
         }
         accumulate(e.spec.dtype, sh.acc.data() + (p.first - sh.lo) * acc_size, src, p.count, remote_weights_[w],
                    first_push && w == 0);
@@ -453,7 +459,8 @@ void PushPullState::partial_reduce(Call& call, std::size_t ki, ReduceOp op,
   const std::size_t lo = qa < qb ? parts[qa].first : 0;
   const std::size_t hi = qa < qb ? parts[qb - 1].first + parts[qb - 1].count : 0;
   const std::size_t shard_bytes = (hi - lo) * e.esize;
-  auto staging = call.scratch(m * shard_bytes);
+  auto slot = [my_index](std::size_t i) { return i > my_index ? i - 1 : i; };  // skips this rank
+  auto staging = call.scratch((m - 1) * shard_bytes);
   const std::size_t acc_size = dtype_size(accumulator_type(e.spec.dtype));
   if (partial_acc_.size() < (hi - lo) * acc_size) partial_acc_.resize((hi - lo) * acc_size);
   double total = 0;
@@ -467,7 +474,7 @@ void PushPullState::partial_reduce(Call& call, std::size_t ki, ReduceOp op,
     recv_index_[i] = index;
     for (std::size_t q = qa; q < qb; ++q)
       call.recv(index++, contributors[i].rank,
-                staging.subspan(i * shard_bytes + (parts[q].first - lo) * e.esize, parts[q].count * e.esize));
+                staging.subspan(slot(i) * shard_bytes + (parts[q].first - lo) * e.esize, parts[q].count * e.esize));
     for (const auto& p : parts)
       if (owner(p) == i) call.recv(index++, contributors[i].rank, std::span(result + p.first * e.esize, p.count * e.esize));
   }
@@ -484,7 +491,7 @@ void PushPullState::partial_reduce(Call& call, std::size_t ki, ReduceOp op,
       const std::byte* src = send + p.first * e.esize;
       if (i != my_index) {
         call.wait(recv_index_[i] + (q - qa));
-        src = staging.data() + i * shard_bytes + (p.first - lo) * e.esize;
+        src = staging.data() + slot(i) * shard_bytes + (p.first - lo) * e.esize;
       }
       accumulate(e.spec.dtype, acc, src, p.count, contributors[i].weight, i == 0);
     }
