@@ -55,6 +55,31 @@ void finish(cuda::DeviceWork& work, const detail::CommImpl& comm, const void* re
   if (result != nullptr && !on_device(result)) wait_device(work, comm, what, "copying the result to host memory");
 }
 
+// A device call that fails part-way (a CUDA error, a copy past the deadline)
+// leaves its peers waiting for its messages: as Call does for transport
+// failures, mark the communicator failed and tell the peers, so that they fail
+// promptly instead of each waiting out ANTDT_TIMEOUT_MS. Failures that Call
+// already reported are rethrown as they are.
+template <class Body>
+void failing_together(detail::CommImpl& comm, const char* what, Body&& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    bool reported = false;
+    try {
+      comm.check_usable();
+    } catch (const Error&) {
+      reported = true;
+    }
+    if (!reported) {
+      const std::string reason = cat("rank ", comm.rank(), ": ", what, " failed: ", e.what());
+      comm.mark_failed(e.status(), reason);
+      comm.transport().abort(static_cast<int>(e.status()), reason);
+    }
+    throw;
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Whole-buffer staging: device buffers get a host copy (kept per thread and
 // reused: ranks as threads each have their own), host buffers are used as
@@ -95,15 +120,17 @@ class WholeStaging {
 // Runs `host(host_send, host_recv)` on host views of send and recv, then
 // uploads recv. In place (send == recv) shares one host copy.
 template <class Host>
-void run_whole_staged(cuda::DeviceWork& work, const detail::CommImpl& comm, const char* what, const void* send,
+void run_whole_staged(cuda::DeviceWork& work, detail::CommImpl& comm, const char* what, const void* send,
                       std::size_t send_bytes, void* recv, std::size_t recv_bytes, bool recv_is_read, Host&& host) {
   cuda::NvtxRange range("antdt staged (whole buffer)");
-  WholeStaging staging(work, comm, what);
-  std::byte* host_send = staging.host_view(0, send, send_bytes, true);
-  const bool in_place = send == recv;
-  std::byte* host_recv = in_place ? host_send : staging.host_view(1, recv, recv_bytes, recv_is_read);
-  host(host_send, host_recv);
-  staging.publish(in_place ? 0 : 1, recv, recv_bytes);
+  failing_together(comm, what, [&] {
+    WholeStaging staging(work, comm, what);
+    std::byte* host_send = staging.host_view(0, send, send_bytes, true);
+    const bool in_place = send == recv;
+    std::byte* host_recv = in_place ? host_send : staging.host_view(1, recv, recv_bytes, recv_is_read);
+    host(host_send, host_recv);
+    staging.publish(in_place ? 0 : 1, recv, recv_bytes);
+  });
 }
 
 // ---------------------------------------------------------------------------
@@ -126,24 +153,29 @@ class Segments final : public SegmentWork {
 // Pipelines `host(segment bytes, element count)` over the device range
 // [range, range + bytes) through the work's staging slots.
 template <class Host>
-void run_segmented(cuda::DeviceWork& work, const detail::CommImpl& comm, const char* what, void* range,
-                   std::size_t bytes, DataType dtype, bool download, bool upload, Host&& host) {
-  cuda::CopyEngine& engine = work.staging(range, bytes);
-  const std::size_t esize = dtype_size(dtype);
-  Segments<std::decay_t<Host>> segments(esize, std::forward<Host>(host));
-  run_segments(engine, bytes, segment_bytes(engine.slot_bytes(), esize), download, upload, segments,
-               deadline_of(comm), what);
+void run_segmented(cuda::DeviceWork& work, detail::CommImpl& comm, const char* what, void* range, std::size_t bytes,
+                   DataType dtype, bool download, bool upload, Host&& host) {
+  failing_together(comm, what, [&] {
+    cuda::CopyEngine& engine = work.staging(range, bytes);
+    const std::size_t esize = dtype_size(dtype);
+    Segments<std::decay_t<Host>> segments(esize, std::forward<Host>(host));
+    run_segments(engine, bytes, segment_bytes(engine.slot_bytes(), esize), download, upload, segments,
+                 deadline_of(comm), what);
+  });
 }
 
 // ---------------------------------------------------------------------------
 // IPC AllReduce
 // ---------------------------------------------------------------------------
+void ipc_reduce_and_gather(detail::CommImpl& comm, cuda::DeviceWork& work, const std::vector<PeerRecord>& records,
+                           const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op);
+
 // Runs the AllReduce through CUDA IPC when every rank can (true), or returns
 // false, on every rank alike, when the call should be staged instead.
 bool ipc_allreduce(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv, std::size_t count,
                    DataType dtype, ReduceOp op) {
   const Config& cfg = comm.config();
-  const int n = comm.size(), me = comm.rank();
+  const int n = comm.size();
   if (!exchanges_records(cfg.gpu_path, n)) return false;
   const std::size_t esize = dtype_size(dtype), bytes = count * esize;
 
@@ -179,7 +211,19 @@ bool ipc_allreduce(detail::CommImpl& comm, cuda::DeviceWork& work, const void* s
     for (std::size_t r = 0; r < records.size(); ++r)
       records[r] = PeerRecord::deserialize(std::span<const std::byte>(all).subspan(r * kRecord, kRecord));
   }
+  // Every rank decides the same here, so a refusal (UnsupportedError with
+  // ANTDT_GPU_PATH=ipc) leaves the communicator usable.
   if (resolve_path(cfg.gpu_path, records) == Path::staged) return false;
+  failing_together(comm, "allreduce (ipc)",
+                   [&] { ipc_reduce_and_gather(comm, work, records, send, recv, count, dtype, op); });
+  return true;
+}
+
+// Steps 3 to 6 of the IPC AllReduce (docs/gpu.md), once every rank agreed on it.
+void ipc_reduce_and_gather(detail::CommImpl& comm, cuda::DeviceWork& work, const std::vector<PeerRecord>& records,
+                           const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op) {
+  const int n = comm.size(), me = comm.rank();
+  const std::size_t esize = dtype_size(dtype);
 
   // 3. Each rank reduces its slice from every rank's send buffer into its own
   //    recv buffer, starting from its own contribution, then the others in
@@ -230,7 +274,6 @@ bool ipc_allreduce(detail::CommImpl& comm, cuda::DeviceWork& work, const void* s
     Call call(comm, Signature{Kind::allreduce, count, dtype, op, -1, Algo::dissemination, kIpcDoneLayout});
     barrier_dissemination(call);
   }
-  return true;
 }
 
 void staged_allreduce(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv,
@@ -374,18 +417,24 @@ void alltoall(detail::CommImpl& comm, const void* send, void* recv, std::size_t 
   finish(*work, comm, recv, "alltoall");
 }
 
+void run_staged(detail::CommImpl& comm, const void* send, std::size_t send_bytes, void* recv, std::size_t recv_bytes,
+                bool read_recv, void* stream, const std::function<void(const std::byte*, std::byte*)>& host) {
+  std::unique_ptr<cuda::DeviceWork> work = backend().begin(device_buffer(send, recv), stream);
+  run_whole_staged(*work, comm, "staged call", send, send_bytes, recv, recv_bytes, read_recv,
+                   [&](std::byte* s, std::byte* r) { host(send != nullptr ? s : nullptr, r); });
+  finish(*work, comm, recv, "staged call");
+}
+
 PartialResult partial_allreduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count,
                                 DataType dtype, ReduceOp op, const PartialOptions& opts) {
   cuda::NvtxRange range("antdt partial_allreduce (device)");
   const std::size_t bytes = count * dtype_size(dtype);
-  std::unique_ptr<cuda::DeviceWork> work = backend().begin(device_buffer(send, recv), nullptr);
   PartialResult result;
   // recv is downloaded too: a result may leave parts of it as they were.
-  run_whole_staged(*work, comm, "partial_allreduce (staged)", send, send != nullptr ? bytes : 0, recv, bytes, true,
-                   [&](std::byte* s, std::byte* r) {
-                     result = coll::partial_allreduce(comm, send != nullptr ? s : nullptr, r, count, dtype, op, opts);
-                   });
-  finish(*work, comm, recv, "partial_allreduce");
+  run_staged(comm, send, send != nullptr ? bytes : 0, recv, bytes, true, nullptr,
+             [&](const std::byte* s, std::byte* r) {
+               result = coll::partial_allreduce(comm, s, r, count, dtype, op, opts);
+             });
   return result;
 }
 

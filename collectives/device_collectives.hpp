@@ -21,6 +21,7 @@
 #include "cuda/device_work.hpp"
 
 #include <cstddef>
+#include <functional>
 #include <span>
 
 namespace antdt::coll {
@@ -95,6 +96,15 @@ void alltoall(detail::CommImpl& comm, const void* send, void* recv, std::size_t 
 // (collectives/partial_allreduce.cpp), on the legacy default stream.
 PartialResult partial_allreduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count,
                                 DataType dtype, ReduceOp op, const PartialOptions& opts);
+
+// The hook for entry points outside collectives.cpp (push-pull, and
+// partial_allreduce below): runs `host(host_send, host_recv)` on host views of
+// the buffers (device buffers are staged whole through pinned slots, host
+// buffers passed as they are; recv downloaded first when `read_recv`), then
+// uploads recv, ordered on `stream` (nullptr: the legacy default stream). Use
+// when is_device_call(send, recv); send may be null (send_bytes 0).
+void run_staged(detail::CommImpl& comm, const void* send, std::size_t send_bytes, void* recv, std::size_t recv_bytes,
+                bool read_recv, void* stream, const std::function<void(const std::byte*, std::byte*)>& host);
 
 // Which path the last device AllReduce on this thread took (tests).
 enum class LastPath { none, staged, ipc };

@@ -114,7 +114,8 @@ void download_all(cuda::CopyEngine& engine, std::span<std::byte> host, Clock::ti
   CopyOutSink sink(host);
   cuda::StagedDownload transfer(engine, sink, host.size());
   if (!transfer.run_until(deadline))
-    raise<TimeoutError>(what, ": staging ", host.size(), " bytes from the device did not finish within ANTDT_TIMEOUT_MS");
+    raise<TimeoutError>(what, ": staging ", host.size(),
+                        " bytes from the device did not finish within ANTDT_TIMEOUT_MS");
 }
 
 void upload_all(cuda::CopyEngine& engine, std::span<const std::byte> host, Clock::time_point deadline,

@@ -62,38 +62,41 @@ Config config_with(GpuPath path) {
 // caller's stream is synchronised.
 void allreduce_every_dtype_op(int n, GpuPath setting, LastPath want) {
   const std::vector<std::size_t> counts = {1, 7, 1003, 65537};
-  auto outcomes = run_ranks(n, TransportKind::inproc, [&](Communicator& comm) {
-    cuda::ScopedDevice on(0);
-    cuda::Stream stream;
-    for (DataType t : kAllTypes) {
-      const std::size_t es = dtype_size(t);
-      for (ReduceOp op : kAllOps) {
-        std::vector<std::size_t> these = counts;
-        if (op == ReduceOp::sum && t == DataType::f32) these.push_back((cuda::kStagingSlotBytes / 4) * 2 + 333);
-        for (std::size_t count : these) {
-          for (bool in_place : {false, true}) {
-            cuda::DeviceBuffer send(count * es), recv_own(in_place ? 0 : count * es);
-            void* recv = in_place ? send.data() : recv_own.data();
-            std::vector<std::byte> host(count * es);
-            for (std::size_t i = 0; i < count; ++i) store(t, host.data(), i, input(t, op, comm.rank(), i));
-            to_device(send.data(), host);
-            comm.allreduce(send.data(), recv, count, t, op, stream.get());
-            if (!stream.wait_for(30s)) throw std::runtime_error("the caller's stream did not finish");
-            if (coll::device::last_allreduce_path() != want)
-              throw std::runtime_error(cat("allreduce took the wrong path for ", dtype_name(t)));
-            const std::vector<std::byte> got = to_host(recv, count * es);
-            for (std::size_t i = 0; i < count; ++i) {
-              const double g = load(t, got.data(), i), w = expected(t, op, n, i);
-              if (!close_enough(t, op, g, w))
-                throw std::runtime_error(cat("GPU allreduce ", dtype_name(t), " ", op_name(op), " count ", count,
-                                             in_place ? " in place" : " out of place", ": element ", i, " is ", g,
-                                             ", expected ", w));
+  auto outcomes = run_ranks(
+      n, TransportKind::inproc,
+      [&](Communicator& comm) {
+        cuda::ScopedDevice on(0);
+        cuda::Stream stream;
+        for (DataType t : kAllTypes) {
+          const std::size_t es = dtype_size(t);
+          for (ReduceOp op : kAllOps) {
+            std::vector<std::size_t> these = counts;
+            if (op == ReduceOp::sum && t == DataType::f32) these.push_back((cuda::kStagingSlotBytes / 4) * 2 + 333);
+            for (std::size_t count : these) {
+              for (bool in_place : {false, true}) {
+                cuda::DeviceBuffer send(count * es), recv_own(in_place ? 0 : count * es);
+                void* recv = in_place ? send.data() : recv_own.data();
+                std::vector<std::byte> host(count * es);
+                for (std::size_t i = 0; i < count; ++i) store(t, host.data(), i, input(t, op, comm.rank(), i));
+                to_device(send.data(), host);
+                comm.allreduce(send.data(), recv, count, t, op, stream.get());
+                if (!stream.wait_for(30s)) throw std::runtime_error("the caller's stream did not finish");
+                if (coll::device::last_allreduce_path() != want)
+                  throw std::runtime_error(cat("allreduce took the wrong path for ", dtype_name(t)));
+                const std::vector<std::byte> got = to_host(recv, count * es);
+                for (std::size_t i = 0; i < count; ++i) {
+                  const double g = load(t, got.data(), i), w = expected(t, op, n, i);
+                  if (!close_enough(t, op, g, w))
+                    throw std::runtime_error(cat("GPU allreduce ", dtype_name(t), " ", op_name(op), " count ", count,
+                                                 in_place ? " in place" : " out of place", ": element ", i, " is ", g,
+                                                 ", expected ", w));
+                }
+              }
             }
           }
         }
-      }
-    }
-  }, config_with(setting));
+      },
+      config_with(setting));
   expect_all_ok(outcomes);
 }
 
@@ -110,21 +113,24 @@ TEST_F(GpuCollectives, IpcAllreduceEveryDtypeOpTwoToFourRanks) {
 TEST_F(GpuCollectives, AllreduceIsOrderedAfterTheCallersStreamOnBothPaths) {
   for (GpuPath setting : {GpuPath::staged, GpuPath::ipc}) {
     const std::size_t count = 4096;
-    auto outcomes = run_ranks(2, TransportKind::inproc, [&](Communicator& comm) {
-      cuda::ScopedDevice on(0);
-      cuda::Stream stream;
-      cuda::DeviceBuffer buf(count * 4);
-      check_cuda_ok(cudaMemset(buf.data(), 0, count * 4), "cudaMemset");
-      cuda::device_sleep(100ms, stream.get());
-      // 0x01010101 as i32, written only after the sleep.
-      check_cuda_ok(cudaMemsetAsync(buf.data(), 0x01, count * 4, stream.get()), "cudaMemsetAsync");
-      comm.allreduce(buf.data(), buf.data(), count, DataType::i32, ReduceOp::sum, stream.get());
-      if (!stream.wait_for(30s)) throw std::runtime_error("the caller's stream did not finish");
-      const std::vector<std::byte> got = to_host(buf.data(), count * 4);
-      for (std::size_t i = 0; i < count; ++i)
-        if (load(DataType::i32, got.data(), i) != 2.0 * 0x01010101)
-          throw std::runtime_error(cat("element ", i, " is ", load(DataType::i32, got.data(), i)));
-    }, config_with(setting));
+    auto outcomes = run_ranks(
+        2, TransportKind::inproc,
+        [&](Communicator& comm) {
+          cuda::ScopedDevice on(0);
+          cuda::Stream stream;
+          cuda::DeviceBuffer buf(count * 4);
+          check_cuda_ok(cudaMemset(buf.data(), 0, count * 4), "cudaMemset");
+          cuda::device_sleep(100ms, stream.get());
+          // 0x01010101 as i32, written only after the sleep.
+          check_cuda_ok(cudaMemsetAsync(buf.data(), 0x01, count * 4, stream.get()), "cudaMemsetAsync");
+          comm.allreduce(buf.data(), buf.data(), count, DataType::i32, ReduceOp::sum, stream.get());
+          if (!stream.wait_for(30s)) throw std::runtime_error("the caller's stream did not finish");
+          const std::vector<std::byte> got = to_host(buf.data(), count * 4);
+          for (std::size_t i = 0; i < count; ++i)
+            if (load(DataType::i32, got.data(), i) != 2.0 * 0x01010101)
+              throw std::runtime_error(cat("element ", i, " is ", load(DataType::i32, got.data(), i)));
+        },
+        config_with(setting));
     expect_all_ok(outcomes);
   }
 }
@@ -133,51 +139,65 @@ TEST_F(GpuCollectives, BroadcastReduceReduceScatterAllgatherStaged) {
   const int n = 3;
   const DataType t = DataType::f32;
   const std::size_t count = 3001;
-  auto outcomes = run_ranks(n, TransportKind::inproc, [&](Communicator& comm) {
-    cuda::ScopedDevice on(0);
-    cuda::Stream stream;
-    const int me = comm.rank();
-    const auto sync = [&] {
-      if (!stream.wait_for(30s)) throw std::runtime_error("the caller's stream did not finish");
-    };
-    const auto expect_values = [&](const char* what, const std::vector<std::byte>& got, auto&& want) {
-      for (std::size_t i = 0; i < got.size() / 4; ++i)
-        if (load(t, got.data(), i) != want(i))
-          throw std::runtime_error(cat(what, ": element ", i, " is ", load(t, got.data(), i), ", expected ", want(i)));
-    };
-    std::vector<std::byte> host(count * 4 * static_cast<std::size_t>(n));
-    // Broadcast from rank 1.
-    cuda::DeviceBuffer b(count * 4);
-    for (std::size_t i = 0; i < count; ++i) store(t, host.data(), i, me == 1 ? static_cast<double>(i % 1000) : -1.0);
-    to_device(b.data(), std::vector<std::byte>(host.begin(), host.begin() + static_cast<std::ptrdiff_t>(count * 4)));
-    comm.broadcast(b.data(), b.data(), count, t, 1, stream.get());
-    sync();
-    expect_values("broadcast", to_host(b.data(), count * 4), [](std::size_t i) { return static_cast<double>(i % 1000); });
-    // Reduce (max) to rank 2, out of place.
-    cuda::DeviceBuffer rs(count * 4), rr(count * 4);
-    for (std::size_t i = 0; i < count; ++i) store(t, host.data(), i, input(t, ReduceOp::max, me, i));
-    to_device(rs.data(), std::vector<std::byte>(host.begin(), host.begin() + static_cast<std::ptrdiff_t>(count * 4)));
-    comm.reduce(rs.data(), rr.data(), count, t, ReduceOp::max, 2, stream.get());
-    sync();
-    if (me == 2)
-      expect_values("reduce", to_host(rr.data(), count * 4), [&](std::size_t i) { return expected(t, ReduceOp::max, n, i); });
-    // ReduceScatter (sum).
-    cuda::DeviceBuffer ss(count * 4 * static_cast<std::size_t>(n)), sr(count * 4);
-    for (std::size_t i = 0; i < count * static_cast<std::size_t>(n); ++i) store(t, host.data(), i, input(t, ReduceOp::sum, me, i));
-    to_device(ss.data(), host);
-    comm.reduce_scatter(ss.data(), sr.data(), count, t, ReduceOp::sum, stream.get());
-    sync();
-    expect_values("reduce_scatter", to_host(sr.data(), count * 4),
-                  [&](std::size_t i) { return expected(t, ReduceOp::sum, n, static_cast<std::size_t>(me) * count + i); });
-    // AllGather.
-    cuda::DeviceBuffer gs(count * 4), gr(count * 4 * static_cast<std::size_t>(n));
-    for (std::size_t i = 0; i < count; ++i) store(t, host.data(), i, static_cast<double>(me * 10000 + static_cast<int>(i)));
-    to_device(gs.data(), std::vector<std::byte>(host.begin(), host.begin() + static_cast<std::ptrdiff_t>(count * 4)));
-    comm.allgather(gs.data(), gr.data(), count, t, stream.get());
-    sync();
-    expect_values("allgather", to_host(gr.data(), count * 4 * static_cast<std::size_t>(n)),
-                  [&](std::size_t i) { return static_cast<double>(static_cast<int>(i / count) * 10000 + static_cast<int>(i % count)); });
-  }, config_with(GpuPath::automatic));
+  auto outcomes = run_ranks(
+      n, TransportKind::inproc,
+      [&](Communicator& comm) {
+        cuda::ScopedDevice on(0);
+        cuda::Stream stream;
+        const int me = comm.rank();
+        const auto sync = [&] {
+          if (!stream.wait_for(30s)) throw std::runtime_error("the caller's stream did not finish");
+        };
+        const auto expect_values = [&](const char* what, const std::vector<std::byte>& got, auto&& want) {
+          for (std::size_t i = 0; i < got.size() / 4; ++i)
+            if (load(t, got.data(), i) != want(i))
+              throw std::runtime_error(
+                  cat(what, ": element ", i, " is ", load(t, got.data(), i), ", expected ", want(i)));
+        };
+        std::vector<std::byte> host(count * 4 * static_cast<std::size_t>(n));
+        // Broadcast from rank 1.
+        cuda::DeviceBuffer b(count * 4);
+        for (std::size_t i = 0; i < count; ++i)
+          store(t, host.data(), i, me == 1 ? static_cast<double>(i % 1000) : -1.0);
+        to_device(b.data(),
+                  std::vector<std::byte>(host.begin(), host.begin() + static_cast<std::ptrdiff_t>(count * 4)));
+        comm.broadcast(b.data(), b.data(), count, t, 1, stream.get());
+        sync();
+        expect_values("broadcast", to_host(b.data(), count * 4),
+                      [](std::size_t i) { return static_cast<double>(i % 1000); });
+        // Reduce (max) to rank 2, out of place.
+        cuda::DeviceBuffer rs(count * 4), rr(count * 4);
+        for (std::size_t i = 0; i < count; ++i) store(t, host.data(), i, input(t, ReduceOp::max, me, i));
+        to_device(rs.data(),
+                  std::vector<std::byte>(host.begin(), host.begin() + static_cast<std::ptrdiff_t>(count * 4)));
+        comm.reduce(rs.data(), rr.data(), count, t, ReduceOp::max, 2, stream.get());
+        sync();
+        if (me == 2)
+          expect_values("reduce", to_host(rr.data(), count * 4),
+                        [&](std::size_t i) { return expected(t, ReduceOp::max, n, i); });
+        // ReduceScatter (sum).
+        cuda::DeviceBuffer ss(count * 4 * static_cast<std::size_t>(n)), sr(count * 4);
+        for (std::size_t i = 0; i < count * static_cast<std::size_t>(n); ++i)
+          store(t, host.data(), i, input(t, ReduceOp::sum, me, i));
+        to_device(ss.data(), host);
+        comm.reduce_scatter(ss.data(), sr.data(), count, t, ReduceOp::sum, stream.get());
+        sync();
+        expect_values("reduce_scatter", to_host(sr.data(), count * 4), [&](std::size_t i) {
+          return expected(t, ReduceOp::sum, n, static_cast<std::size_t>(me) * count + i);
+        });
+        // AllGather.
+        cuda::DeviceBuffer gs(count * 4), gr(count * 4 * static_cast<std::size_t>(n));
+        for (std::size_t i = 0; i < count; ++i)
+          store(t, host.data(), i, static_cast<double>(me * 10000 + static_cast<int>(i)));
+        to_device(gs.data(),
+                  std::vector<std::byte>(host.begin(), host.begin() + static_cast<std::ptrdiff_t>(count * 4)));
+        comm.allgather(gs.data(), gr.data(), count, t, stream.get());
+        sync();
+        expect_values("allgather", to_host(gr.data(), count * 4 * static_cast<std::size_t>(n)), [&](std::size_t i) {
+          return static_cast<double>(static_cast<int>(i / count) * 10000 + static_cast<int>(i % count));
+        });
+      },
+      config_with(GpuPath::automatic));
   expect_all_ok(outcomes);
 }
 

@@ -54,13 +54,13 @@ class FakeWork final : public cuda::DeviceWork, public cuda::CopyEngine {
   void copy(void* dst, const void* src, std::size_t bytes) override {
     enqueue([dst, src, bytes] { std::memmove(dst, src, bytes); });
   }
-  void reduce_into(DataType dtype, ReduceOp op, void* out, const void* a, const void* b,
-                   std::size_t count) override {
+  void reduce_into(DataType dtype, ReduceOp op, void* out, const void* a, const void* b, std::size_t count) override {
     const std::size_t n = count * dtype_size(dtype);
     const ReduceOp as = op == ReduceOp::avg ? ReduceOp::sum : op;
     enqueue([=] {
       antdt::reduce_into(dtype, as, std::span(static_cast<std::byte*>(out), n),
-                         std::span(static_cast<const std::byte*>(a), n), std::span(static_cast<const std::byte*>(b), n));
+                         std::span(static_cast<const std::byte*>(a), n),
+                         std::span(static_cast<const std::byte*>(b), n));
     });
   }
   void finish_avg(DataType dtype, void* data, std::size_t count, std::size_t nranks) override {
@@ -416,34 +416,37 @@ void check_allreduce_paths(int n, GpuPath setting, LastPath want) {
   FakeDevice dev(40);
   coll::device::ScopedBackend use(dev);
   const std::size_t counts[] = {1, 7, 45, 301};
-  auto outcomes = run_ranks(n, TransportKind::inproc, [&](Communicator& comm) {
-    for (DataType t : kAllTypes) {
-      const std::size_t es = dtype_size(t);
-      for (ReduceOp op : kAllOps) {
-        for (std::size_t count : counts) {
-          for (bool in_place : {false, true}) {
-            std::byte* send = dev.allocate(count * es);
-            std::byte* recv = in_place ? send : dev.allocate(count * es);
-            for (std::size_t i = 0; i < count; ++i) store(t, send, i, input(t, op, comm.rank(), i));
-            if (!in_place) std::memset(recv, 0x5a, count * es + 1);
-            comm.allreduce(send, recv, count, t, op);
-            dev.drain_this_thread();
-            if (coll::device::last_allreduce_path() != want)
-              throw std::runtime_error(cat("allreduce took the wrong path (", static_cast<int>(want), " wanted)"));
-            for (std::size_t i = 0; i < count; ++i) {
-              const double got = load(t, recv, i), wanted = expected(t, op, n, i);
-              if (!close_enough(t, op, got, wanted))
-                throw std::runtime_error(cat("device allreduce ", dtype_name(t), " ", op_name(op), " count ", count,
-                                             in_place ? " in place" : " out of place", ": element ", i, " is ", got,
-                                             ", expected ", wanted));
+  auto outcomes = run_ranks(
+      n, TransportKind::inproc,
+      [&](Communicator& comm) {
+        for (DataType t : kAllTypes) {
+          const std::size_t es = dtype_size(t);
+          for (ReduceOp op : kAllOps) {
+            for (std::size_t count : counts) {
+              for (bool in_place : {false, true}) {
+                std::byte* send = dev.allocate(count * es);
+                std::byte* recv = in_place ? send : dev.allocate(count * es);
+                for (std::size_t i = 0; i < count; ++i) store(t, send, i, input(t, op, comm.rank(), i));
+                if (!in_place) std::memset(recv, 0x5a, count * es + 1);
+                comm.allreduce(send, recv, count, t, op);
+                dev.drain_this_thread();
+                if (coll::device::last_allreduce_path() != want)
+                  throw std::runtime_error(cat("allreduce took the wrong path (", static_cast<int>(want), " wanted)"));
+                for (std::size_t i = 0; i < count; ++i) {
+                  const double got = load(t, recv, i), wanted = expected(t, op, n, i);
+                  if (!close_enough(t, op, got, wanted))
+                    throw std::runtime_error(cat("device allreduce ", dtype_name(t), " ", op_name(op), " count ", count,
+                                                 in_place ? " in place" : " out of place", ": element ", i, " is ", got,
+                                                 ", expected ", wanted));
+                }
+                if (!in_place && recv[count * es] != std::byte{0x5a})
+                  throw std::runtime_error(cat("device allreduce wrote past the end of recv, count ", count));
+              }
             }
-            if (!in_place && recv[count * es] != std::byte{0x5a})
-              throw std::runtime_error(cat("device allreduce wrote past the end of recv, count ", count));
           }
         }
-      }
-    }
-  }, config_with(setting));
+      },
+      config_with(setting));
   expect_all_ok(outcomes);
   EXPECT_EQ(dev.begins.load(), dev.completes.load()) << "every call makes the caller's stream wait for it";
 }
@@ -466,17 +469,21 @@ TEST(DevicePaths, OneRankThatCannotExportMakesEveryRankStageOrFail) {
     const int n = 3;
     const std::size_t count = 50;
     std::atomic<int> staged{0};
-    auto outcomes = run_ranks(n, TransportKind::inproc, [&](Communicator& comm) {
-      std::byte* buf = dev.allocate(count * 4);
-      if (comm.rank() == 1) dev.deny_export(buf);
-      for (std::size_t i = 0; i < count; ++i) store(DataType::i32, buf, i, input(DataType::i32, ReduceOp::sum, comm.rank(), i));
-      comm.allreduce(buf, buf, count, DataType::i32, ReduceOp::sum);
-      dev.drain_this_thread();
-      if (coll::device::last_allreduce_path() == LastPath::staged) ++staged;
-      for (std::size_t i = 0; i < count; ++i)
-        if (load(DataType::i32, buf, i) != expected(DataType::i32, ReduceOp::sum, n, i))
-          throw std::runtime_error(cat("element ", i, " is wrong"));
-    }, config_with(setting));
+    auto outcomes = run_ranks(
+        n, TransportKind::inproc,
+        [&](Communicator& comm) {
+          std::byte* buf = dev.allocate(count * 4);
+          if (comm.rank() == 1) dev.deny_export(buf);
+          for (std::size_t i = 0; i < count; ++i)
+            store(DataType::i32, buf, i, input(DataType::i32, ReduceOp::sum, comm.rank(), i));
+          comm.allreduce(buf, buf, count, DataType::i32, ReduceOp::sum);
+          dev.drain_this_thread();
+          if (coll::device::last_allreduce_path() == LastPath::staged) ++staged;
+          for (std::size_t i = 0; i < count; ++i)
+            if (load(DataType::i32, buf, i) != expected(DataType::i32, ReduceOp::sum, n, i))
+              throw std::runtime_error(cat("element ", i, " is wrong"));
+        },
+        config_with(setting));
     if (setting == GpuPath::automatic) {
       expect_all_ok(outcomes);
       EXPECT_EQ(staged.load(), n);
@@ -501,55 +508,66 @@ TEST(DevicePaths, EveryOtherCollectiveOnDeviceBuffers) {
   const int n = 3;
   const DataType t = DataType::f32;
   const std::size_t count = 37;  // several 24-byte segments of f32
-  auto outcomes = run_ranks(n, TransportKind::inproc, [&](Communicator& comm) {
-    const int me = comm.rank();
-    const auto check = [&](const char* what, const std::byte* got, std::size_t i, double want) {
-      if (load(t, got, i) != want)
-        throw std::runtime_error(cat(what, ": element ", i, " is ", load(t, got, i), ", expected ", want));
-    };
-    for (int root = 0; root < n; ++root) {
-      // Broadcast, out of place at the root.
-      std::byte* src = dev.allocate(count * 4);
-      std::byte* dst = dev.allocate(count * 4);
-      for (std::size_t i = 0; i < count; ++i) store(t, src, i, static_cast<double>(root * 100 + i));
-      comm.broadcast(src, dst, count, t, root);
-      dev.drain_this_thread();
-      for (std::size_t i = 0; i < count; ++i) check("broadcast", dst, i, static_cast<double>(root * 100 + i));
-      // Reduce, in place at the root.
-      std::byte* buf = dev.allocate(count * 4);
-      for (std::size_t i = 0; i < count; ++i) store(t, buf, i, input(t, ReduceOp::max, me, i));
-      comm.reduce(buf, buf, count, t, ReduceOp::max, root);
-      dev.drain_this_thread();
-      if (me == root)
-        for (std::size_t i = 0; i < count; ++i) check("reduce", buf, i, expected(t, ReduceOp::max, n, i));
-      else
-        for (std::size_t i = 0; i < count; ++i) check("reduce leaves a non-root's send", buf, i, input(t, ReduceOp::max, me, i));
-    }
-    // ReduceScatter.
-    std::byte* rs_send = dev.allocate(count * 4 * n);
-    std::byte* rs_recv = dev.allocate(count * 4);
-    for (std::size_t i = 0; i < count * static_cast<std::size_t>(n); ++i) store(t, rs_send, i, input(t, ReduceOp::sum, me, i));
-    comm.reduce_scatter(rs_send, rs_recv, count, t, ReduceOp::sum);
-    dev.drain_this_thread();
-    for (std::size_t i = 0; i < count; ++i)
-      check("reduce_scatter", rs_recv, i, expected(t, ReduceOp::sum, n, static_cast<std::size_t>(me) * count + i));
-    // AllGather, in place.
-    std::byte* ag = dev.allocate(count * 4 * n);
-    for (std::size_t i = 0; i < count; ++i) store(t, ag + static_cast<std::size_t>(me) * count * 4, i, static_cast<double>(me * 1000 + i));
-    comm.allgather(ag + static_cast<std::size_t>(me) * count * 4, ag, count, t);
-    dev.drain_this_thread();
-    for (int r = 0; r < n; ++r)
-      for (std::size_t i = 0; i < count; ++i) check("allgather", ag + static_cast<std::size_t>(r) * count * 4, i, static_cast<double>(r * 1000 + i));
-    // AlltoAll.
-    std::byte* a_send = dev.allocate(count * 4 * n);
-    std::byte* a_recv = dev.allocate(count * 4 * n);
-    for (int j = 0; j < n; ++j)
-      for (std::size_t i = 0; i < count; ++i) store(t, a_send + static_cast<std::size_t>(j) * count * 4, i, static_cast<double>(me * 10000 + j * 100 + i));
-    comm.alltoall(a_send, a_recv, count, t);
-    dev.drain_this_thread();
-    for (int j = 0; j < n; ++j)
-      for (std::size_t i = 0; i < count; ++i) check("alltoall", a_recv + static_cast<std::size_t>(j) * count * 4, i, static_cast<double>(j * 10000 + me * 100 + i));
-  }, config_with(GpuPath::automatic));
+  auto outcomes = run_ranks(
+      n, TransportKind::inproc,
+      [&](Communicator& comm) {
+        const int me = comm.rank();
+        const auto check = [&](const char* what, const std::byte* got, std::size_t i, double want) {
+          if (load(t, got, i) != want)
+            throw std::runtime_error(cat(what, ": element ", i, " is ", load(t, got, i), ", expected ", want));
+        };
+        for (int root = 0; root < n; ++root) {
+          // Broadcast, out of place at the root.
+          std::byte* src = dev.allocate(count * 4);
+          std::byte* dst = dev.allocate(count * 4);
+          for (std::size_t i = 0; i < count; ++i) store(t, src, i, static_cast<double>(root * 100 + i));
+          comm.broadcast(src, dst, count, t, root);
+          dev.drain_this_thread();
+          for (std::size_t i = 0; i < count; ++i) check("broadcast", dst, i, static_cast<double>(root * 100 + i));
+          // Reduce, in place at the root.
+          std::byte* buf = dev.allocate(count * 4);
+          for (std::size_t i = 0; i < count; ++i) store(t, buf, i, input(t, ReduceOp::max, me, i));
+          comm.reduce(buf, buf, count, t, ReduceOp::max, root);
+          dev.drain_this_thread();
+          if (me == root)
+            for (std::size_t i = 0; i < count; ++i) check("reduce", buf, i, expected(t, ReduceOp::max, n, i));
+          else
+            for (std::size_t i = 0; i < count; ++i)
+              check("reduce leaves a non-root's send", buf, i, input(t, ReduceOp::max, me, i));
+        }
+        // ReduceScatter.
+        std::byte* rs_send = dev.allocate(count * 4 * n);
+        std::byte* rs_recv = dev.allocate(count * 4);
+        for (std::size_t i = 0; i < count * static_cast<std::size_t>(n); ++i)
+          store(t, rs_send, i, input(t, ReduceOp::sum, me, i));
+        comm.reduce_scatter(rs_send, rs_recv, count, t, ReduceOp::sum);
+        dev.drain_this_thread();
+        for (std::size_t i = 0; i < count; ++i)
+          check("reduce_scatter", rs_recv, i, expected(t, ReduceOp::sum, n, static_cast<std::size_t>(me) * count + i));
+        // AllGather, in place.
+        std::byte* ag = dev.allocate(count * 4 * n);
+        for (std::size_t i = 0; i < count; ++i)
+          store(t, ag + static_cast<std::size_t>(me) * count * 4, i, static_cast<double>(me * 1000 + i));
+        comm.allgather(ag + static_cast<std::size_t>(me) * count * 4, ag, count, t);
+        dev.drain_this_thread();
+        for (int r = 0; r < n; ++r)
+          for (std::size_t i = 0; i < count; ++i)
+            check("allgather", ag + static_cast<std::size_t>(r) * count * 4, i, static_cast<double>(r * 1000 + i));
+        // AlltoAll.
+        std::byte* a_send = dev.allocate(count * 4 * n);
+        std::byte* a_recv = dev.allocate(count * 4 * n);
+        for (int j = 0; j < n; ++j)
+          for (std::size_t i = 0; i < count; ++i)
+            store(t, a_send + static_cast<std::size_t>(j) * count * 4, i,
+                  static_cast<double>(me * 10000 + j * 100 + i));
+        comm.alltoall(a_send, a_recv, count, t);
+        dev.drain_this_thread();
+        for (int j = 0; j < n; ++j)
+          for (std::size_t i = 0; i < count; ++i)
+            check("alltoall", a_recv + static_cast<std::size_t>(j) * count * 4, i,
+                  static_cast<double>(j * 10000 + me * 100 + i));
+      },
+      config_with(GpuPath::automatic));
   expect_all_ok(outcomes);
 }
 
@@ -559,57 +577,86 @@ TEST(DevicePaths, MixedPlacementsGroupsAndRequests) {
   const int n = 2;
   const DataType t = DataType::i64;
   const std::size_t count = 23;
-  auto outcomes = run_ranks(n, TransportKind::inproc, [&](Communicator& comm) {
-    const auto fill = [&](std::byte* p) {
-      for (std::size_t i = 0; i < count; ++i) store(t, p, i, input(t, ReduceOp::sum, comm.rank(), i));
-    };
-    const auto verify = [&](const char* what, const std::byte* p) {
-      for (std::size_t i = 0; i < count; ++i)
-        if (load(t, p, i) != expected(t, ReduceOp::sum, n, i)) throw std::runtime_error(cat(what, ": element ", i));
-    };
-    // Device send, host recv: the host sees the result when the call returns.
-    std::byte* send = dev.allocate(count * 8);
-    fill(send);
-    std::vector<std::byte> host(count * 8);
-    comm.allreduce(send, host.data(), count, t, ReduceOp::sum);
-    verify("device send, host recv", host.data());
-    dev.drain_this_thread();
-    // Host send, device recv.
-    std::vector<std::byte> host_send(count * 8);
-    fill(host_send.data());
-    std::byte* recv = dev.allocate(count * 8);
-    comm.allreduce(host_send.data(), recv, count, t, ReduceOp::sum);
-    dev.drain_this_thread();
-    verify("host send, device recv", recv);
-    // In a group, beside a host allreduce (which may be fused with others).
-    std::byte* a = dev.allocate(count * 8);
-    std::vector<std::byte> b(count * 8);
-    fill(a);
-    fill(b.data());
-    comm.group_start();
-    comm.allreduce(a, a, count, t, ReduceOp::sum);
-    comm.allreduce(b.data(), b.data(), count, t, ReduceOp::sum);
-    comm.group_end();
-    dev.drain_this_thread();
-    verify("grouped device allreduce", a);
-    verify("grouped host allreduce", b.data());
-    // Non-blocking.
-    std::byte* c = dev.allocate(count * 8);
-    fill(c);
-    Request req = comm.iallreduce(c, c, count, t, ReduceOp::sum);
-    req.wait();
-    dev.drain_this_thread();
-    verify("iallreduce", c);
-    // A stream with host buffers: its work is waited for first.
-    const int before = dev.synchronizes.load();
-    std::vector<std::byte> h(count * 8);
-    fill(h.data());
-    int fake_stream = 0;
-    comm.allreduce(h.data(), h.data(), count, t, ReduceOp::sum, &fake_stream);
-    verify("host buffers with a stream", h.data());
-    if (dev.synchronizes.load() <= before) throw std::runtime_error("the stream was not synchronised");
-  }, config_with(GpuPath::automatic));
+  auto outcomes = run_ranks(
+      n, TransportKind::inproc,
+      [&](Communicator& comm) {
+        const auto fill = [&](std::byte* p) {
+          for (std::size_t i = 0; i < count; ++i) store(t, p, i, input(t, ReduceOp::sum, comm.rank(), i));
+        };
+        const auto verify = [&](const char* what, const std::byte* p) {
+          for (std::size_t i = 0; i < count; ++i)
+            if (load(t, p, i) != expected(t, ReduceOp::sum, n, i)) throw std::runtime_error(cat(what, ": element ", i));
+        };
+        // Device send, host recv: the host sees the result when the call returns.
+        std::byte* send = dev.allocate(count * 8);
+        fill(send);
+        std::vector<std::byte> host(count * 8);
+        comm.allreduce(send, host.data(), count, t, ReduceOp::sum);
+        verify("device send, host recv", host.data());
+        dev.drain_this_thread();
+        // Host send, device recv.
+        std::vector<std::byte> host_send(count * 8);
+        fill(host_send.data());
+        std::byte* recv = dev.allocate(count * 8);
+        comm.allreduce(host_send.data(), recv, count, t, ReduceOp::sum);
+        dev.drain_this_thread();
+        verify("host send, device recv", recv);
+        // In a group, beside a host allreduce (which may be fused with others).
+        std::byte* a = dev.allocate(count * 8);
+        std::vector<std::byte> b(count * 8);
+        fill(a);
+        fill(b.data());
+        comm.group_start();
+        comm.allreduce(a, a, count, t, ReduceOp::sum);
+        comm.allreduce(b.data(), b.data(), count, t, ReduceOp::sum);
+        comm.group_end();
+        dev.drain_this_thread();
+        verify("grouped device allreduce", a);
+        verify("grouped host allreduce", b.data());
+        // Non-blocking.
+        std::byte* c = dev.allocate(count * 8);
+        fill(c);
+        Request req = comm.iallreduce(c, c, count, t, ReduceOp::sum);
+        req.wait();
+        dev.drain_this_thread();
+        verify("iallreduce", c);
+        // A stream with host buffers: its work is waited for first.
+        const int before = dev.synchronizes.load();
+        std::vector<std::byte> h(count * 8);
+        fill(h.data());
+        int fake_stream = 0;
+        comm.allreduce(h.data(), h.data(), count, t, ReduceOp::sum, &fake_stream);
+        verify("host buffers with a stream", h.data());
+        if (dev.synchronizes.load() <= before) throw std::runtime_error("the stream was not synchronised");
+      },
+      config_with(GpuPath::automatic));
   expect_all_ok(outcomes);
+}
+
+TEST(DevicePaths, PartialAllreduceOnDeviceBuffers) {
+  FakeDevice dev(40);
+  coll::device::ScopedBackend use(dev);
+  const int n = 3;
+  const DataType t = DataType::f32;
+  const std::size_t count = 29;
+  auto outcomes = run_ranks(n, TransportKind::inproc, [&](Communicator& comm) {
+    std::byte* grad = dev.allocate(count * 4);
+    std::byte* out = dev.allocate(count * 4);
+    for (int step = 1; step <= 3; ++step) {
+      for (std::size_t i = 0; i < count; ++i) store(t, grad, i, input(t, ReduceOp::sum, comm.rank(), i));
+      const PartialResult r = comm.partial_allreduce(grad, out, count, t, ReduceOp::sum);
+      dev.drain_this_thread();
+      if (r.fate != Fate::included || r.participants != n)
+        throw std::runtime_error(
+            cat("step ", step, ": fate ", static_cast<int>(r.fate), ", participants ", r.participants));
+      for (std::size_t i = 0; i < count; ++i)
+        if (load(t, out, i) != expected(t, ReduceOp::sum, n, i))
+          throw std::runtime_error(cat("step ", step, ": element ", i, " is ", load(t, out, i)));
+    }
+    comm.partial_finish();
+  });
+  expect_all_ok(outcomes);
+  EXPECT_GT(dev.begins.load(), 0);
 }
 
 TEST(DevicePaths, HostBuffersNeverTouchTheDeviceBackend) {
