@@ -14,7 +14,6 @@
 #include <openssl/rand.h>
 
 #include <array>
-#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <thread>
@@ -25,16 +24,6 @@ namespace detail {
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-std::array<std::byte, 16> secret_from_hex(const std::string& hex) {
-  std::array<std::byte, 16> out{};
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    unsigned v = 0;
-    std::sscanf(hex.c_str() + 2 * i, "%2x", &v);
-    out[i] = static_cast<std::byte>(v);
-  }
-  return out;
-}
 
 // What rank 0 broadcasts when it hosts the coordinator on a port of its choosing.
 struct CoordinatorAddress {
@@ -205,12 +194,6 @@ class AgentImpl {
     return o;
   }
 
-  std::array<std::byte, 16> job_secret() const {
-    if (cfg_.secret.empty())
-      raise<ConfigError>("ANTDT_COORDINATOR needs ANTDT_SECRET=<32 hex digits> (the secret ranks prove to the coordinator)");
-    return secret_from_hex(cfg_.secret);
-  }
-
   void connect(const net::Endpoint& address, std::span<const std::byte> secret) {
     client_ = std::make_unique<coord::CoordinatorClient>(address, secret, rank_, size_,
                                                          static_cast<std::uint32_t>(incarnation_), generation_,
@@ -224,7 +207,7 @@ class AgentImpl {
     size_ = comm_->comm.size();
     if (!cfg_.coordinator.empty()) {
       const net::Endpoint address = net::parse_endpoint(cfg_.coordinator);
-      const auto secret = job_secret();
+      const auto secret = coord::job_secret(cfg_);
       if (cfg_.coordinator_embedded && rank_ == 0)
         service_ = std::make_unique<coord::CoordinatorService>(coordinator_options(), address, secret, cfg_.timeout);
       connect(address, secret);
@@ -261,7 +244,7 @@ class AgentImpl {
       raise<ConfigError>("rank 0 cannot be restarted while it hosts the coordinator (ANTDT_COORDINATOR_EMBEDDED=1); "
                          "run antdt-coordinator instead");
     log::set_process_rank(rank_);
-    connect(net::parse_endpoint(cfg_.coordinator), job_secret());
+    connect(net::parse_endpoint(cfg_.coordinator), coord::job_secret(cfg_));
     const coord::Welcome& welcome = client_->welcome();
     step_ = welcome.resume_step > 0 ? welcome.resume_step - 1 : 0;
     ANTDT_INFO("agent: rank ", rank_, " incarnation ", incarnation_, " rejoins generation ", welcome.generation,

@@ -34,6 +34,17 @@ CoordinatorOptions CoordinatorOptions::from(const Config& cfg, int world_size, s
   return o;
 }
 
+std::array<std::byte, 16> job_secret(const Config& cfg) {
+  if (cfg.secret.empty())
+    raise<ConfigError>("the coordinator needs ANTDT_SECRET=<32 hex digits>: the secret every rank proves to it");
+  // Config validated it: exactly 32 lower-case hex digits.
+  std::array<std::byte, 16> out{};
+  auto nibble = [](char c) { return static_cast<unsigned>(c <= '9' ? c - '0' : c - 'a' + 10); };
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out[i] = static_cast<std::byte>(nibble(cfg.secret[2 * i]) << 4 | nibble(cfg.secret[2 * i + 1]));
+  return out;
+}
+
 // ---------------------------------------------------------------------------
 // Coordinator
 // ---------------------------------------------------------------------------

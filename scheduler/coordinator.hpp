@@ -69,6 +69,10 @@ struct CoordinatorOptions {
                                  std::uint32_t epochs, std::uint64_t global_batch);
 };
 
+// The 16 bytes of ANTDT_SECRET, which ranks prove to the coordinator
+// (ConfigError naming the variable when it is unset).
+std::array<std::byte, 16> job_secret(const Config& cfg);
+
 struct CoordinatorStats {
   std::uint64_t generation = 0;
   std::uint64_t steps_closed = 0;       // steps whose records went to the Controller

@@ -22,20 +22,6 @@
 #include <ctime>
 #include <string>
 
-namespace {
-
-std::array<std::byte, 16> secret_from_hex(const std::string& hex) {
-  std::array<std::byte, 16> out{};
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    unsigned v = 0;
-    std::sscanf(hex.c_str() + 2 * i, "%2x", &v);
-    out[i] = static_cast<std::byte>(v);
-  }
-  return out;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   CLI::App app{"antdt-coordinator: serves the data sharding, Monitor and Controller of an antdt job to its ranks' "
                "Agents (address ANTDT_COORDINATOR, secret ANTDT_SECRET)"};
@@ -94,7 +80,7 @@ int main(int argc, char** argv) {
     sigaddset(&stop_signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);  // before the service thread starts: it inherits the mask
 
-    const auto secret = secret_from_hex(cfg.secret);
+    const auto secret = antdt::coord::job_secret(cfg);
     antdt::coord::CoordinatorService service(options, antdt::net::parse_endpoint(listen), secret, cfg.timeout);
     std::printf("antdt-coordinator: listening on %s for %d ranks (dataset %llu samples, %u epoch(s))\n",
                 service.address().to_string().c_str(), world_size, static_cast<unsigned long long>(dataset_size),
