@@ -11,6 +11,8 @@
 //   external-rank0  3 ranks, antdt-coordinator runs apart, rank 0 restarts
 //   coordinator     3 ranks, antdt-coordinator is stopped mid-job (SIGTERM)
 //                   and started again from its checkpoint; the ranks reconnect
+//   policy          4 ranks under ANTDT_POLICY=antdt-nd, rank 3 4x slower from
+//                   the start: the policy orders its restart (no request)
 #include "agent_driver_common.hpp"
 
 #include <map>
@@ -123,13 +125,15 @@ void check_restart(const LogSummary& s, int world, int restarted) {
 
 std::vector<std::string> trainer_args(const Paths& p, const std::string& dir, std::uint64_t dataset,
                                       std::uint64_t global_batch, std::uint64_t shard, int step_ms,
-                                      std::optional<std::pair<int, int>> restart) {
+                                      std::optional<std::pair<int, int>> restart,
+                                      std::optional<std::pair<int, int>> slow = std::nullopt) {
   std::vector<std::string> a = {p.trainer, "train", "--out", dir, "--dataset", std::to_string(dataset),
                                 "--global-batch", std::to_string(global_batch), "--shard-size", std::to_string(shard),
                                 "--step-ms", std::to_string(step_ms)};
   if (restart) {
     a.insert(a.end(), {"--restart-rank", std::to_string(restart->first), "--restart-step", std::to_string(restart->second)});
   }
+  if (slow) a.insert(a.end(), {"--slow-rank", std::to_string(slow->first), "--slow-ms", std::to_string(slow->second)});
   return a;
 }
 
@@ -145,6 +149,22 @@ void embedded(const Paths& p) {
   const LogSummary s = read_logs(dir, n);
   check_exactly_once(s);
   check_restart(s, 4, 2);
+  check_total(dir, n + s.voided);
+  std::filesystem::remove_all(dir);
+}
+
+void policy_restart(const Paths& p) {
+  const std::string dir = make_temp_dir("agent-policy");
+  const std::uint64_t n = 4000;
+  std::vector<std::string> argv = {p.run, "-n", "4", "--restarts", "2", "--"};
+  const auto trainer = trainer_args(p, dir, n, 40, 40, 2, std::nullopt, std::pair{3, 8});
+  argv.insert(argv.end(), trainer.begin(), trainer.end());
+  const auto ended = wait_for(spawn(argv, {"ANTDT_TIMEOUT_MS=30000", "ANTDT_POLICY=antdt-nd"}), kJobLimit);
+  check(ended && ended->code == 0, "antdt-run finished with exit code 0" +
+                                       (ended ? " (got " + std::to_string(ended->code) + ")" : std::string(" (killed)")));
+  const LogSummary s = read_logs(dir, n);
+  check_exactly_once(s);
+  check_restart(s, 4, 3);
   check_total(dir, n + s.voided);
   std::filesystem::remove_all(dir);
 }
@@ -223,7 +243,7 @@ void coordinator_restart(const Paths& p) {
 
 int main(int argc, char** argv) {
   if (argc != 5) {
-    std::fprintf(stderr, "usage: %s <antdt-run> <antdt-coordinator> <agent_trainer> embedded|external-rank0|coordinator\n",
+    std::fprintf(stderr, "usage: %s <antdt-run> <antdt-coordinator> <agent_trainer> embedded|external-rank0|coordinator|policy\n",
                  argv[0]);
     return 2;
   }
@@ -235,6 +255,8 @@ int main(int argc, char** argv) {
     external_rank0(paths);
   else if (scenario == "coordinator")
     coordinator_restart(paths);
+  else if (scenario == "policy")
+    policy_restart(paths);
   else {
     std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
     return 2;

@@ -2,9 +2,12 @@
 //
 //   agent_trainer train --out DIR --dataset N [--epochs E] [--global-batch B]
 //                       [--shard-size K] [--step-ms T] [--restart-rank R --restart-step S]
+//                       [--slow-rank R --slow-ms T]
 //     The Agent loop: each step allreduces (sum of sample ids, sample count)
 //     into a replicated "model" and commits its batch. Rank R (first
-//     incarnation) asks for its own restart at step S. After a rebuild, the
+//     incarnation) asks for its own restart at step S. Rank --slow-rank
+//     (first incarnation only: restarted "elsewhere", it is healthy) computes
+//     for --slow-ms instead of --step-ms: a straggler for the policy. After a rebuild, the
 //     lowest rank that was not restarted broadcasts the model (the re-sync a
 //     real trainer does). Each process
 //     appends to DIR/rank<r>.inc<i>.log: "commit <step> <ids...>" for each
@@ -65,11 +68,14 @@ int train(const std::map<std::string, std::string>& args) {
   options.epochs = static_cast<std::uint32_t>(number(args, "--epochs", 1));
   options.global_batch = number(args, "--global-batch", 40);
   options.shard_size = number(args, "--shard-size", 0);
-  const auto step_time = std::chrono::milliseconds(number(args, "--step-ms", 2));
+  auto step_time = std::chrono::milliseconds(number(args, "--step-ms", 2));
+  const int slow_rank = static_cast<int>(number(args, "--slow-rank", 1u << 30));
   const int restart_rank = static_cast<int>(number(args, "--restart-rank", 1u << 30));
   const std::uint64_t restart_step = number(args, "--restart-step", 0);
 
   antdt::Agent agent = antdt::Agent::from_env(options);
+  if (agent.rank() == slow_rank && agent.incarnation() == 0)
+    step_time = std::chrono::milliseconds(number(args, "--slow-ms", 10));
   std::ofstream log(out + "/rank" + std::to_string(agent.rank()) + ".inc" + std::to_string(agent.incarnation()) +
                         ".log",
                     std::ios::app);
