@@ -154,7 +154,7 @@ class AgentImpl {
     try {
       if (lease_) give_back();
       client_->bye(exit_ordered_);
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       ANTDT_WARN("agent of rank ", rank_, ": closing the coordinator session failed: ", e.what());
     }
     if (service_) {
