@@ -101,11 +101,13 @@ std::vector<std::pair<std::size_t, std::size_t>> split(std::size_t count, std::s
 }
 
 Layout Layout::make(std::span<const PushPullKey> keys, std::span<const int> servers, int nranks,
-                    std::size_t partition_bytes) {
+                    std::size_t partition_bytes, std::size_t chunk_bytes) {
   ANTDT_CHECK_ARG(partition_bytes >= 4096, "push-pull: partition size must be at least 4096 bytes, got ",
                   partition_bytes);
+  ANTDT_CHECK_ARG(chunk_bytes >= 1, "push-pull: chunk size must be at least 1 byte");
   Layout l;
   l.partition_bytes = partition_bytes;
+  l.chunk_bytes = chunk_bytes;
   for (int s : servers) {
     ANTDT_CHECK_ARG(s >= 0 && s < nranks, "push-pull: server rank ", s, " is out of range [0, ", nranks, ")");
     l.servers.push_back(s);
@@ -153,6 +155,16 @@ Layout Layout::make(std::span<const PushPullKey> keys, std::span<const int> serv
     const std::size_t bytes = part.count * l.keys[part.key_index].esize;
     part.server = l.servers[range_owner(offsets[p], bytes, total, l.servers.size())];
   }
+  for (auto& e : l.keys) {
+    e.first_piece = l.pieces.size();
+    const std::size_t per_piece = std::max<std::size_t>(1, chunk_bytes / e.esize);  // elements
+    for (std::size_t p = e.first_partition; p < e.first_partition + e.partitions; ++p) {
+      const auto& part = l.partitions[p];
+      for (std::size_t off = 0; off < part.count; off += per_piece)
+        l.pieces.push_back(Piece{part.first + off, std::min(per_piece, part.count - off), part.server, p});
+    }
+    e.pieces = l.pieces.size() - e.first_piece;
+  }
   return l;
 }
 
@@ -167,10 +179,15 @@ std::span<const Partition> Layout::partitions_of(std::size_t key_index) const {
   return std::span(partitions).subspan(e.first_partition, e.partitions);
 }
 
+std::span<const Piece> Layout::pieces_of(std::size_t key_index) const {
+  const auto& e = keys[key_index];
+  return std::span(pieces).subspan(e.first_piece, e.pieces);
+}
+
 std::uint64_t Layout::hash() const noexcept {
   std::uint64_t h = mix(0xcbf29ce484222325ULL, keys.size());
   for (const auto& e : keys) h = mix(mix(mix(h, e.spec.key), e.spec.count), static_cast<std::uint64_t>(e.spec.dtype));
-  h = mix(mix(h, partition_bytes), servers.size());
+  h = mix(mix(mix(h, partition_bytes), chunk_bytes), servers.size());
   for (int s : servers) h = mix(h, static_cast<std::uint64_t>(s));
   return h;
 }
@@ -255,14 +272,14 @@ class PushPullState {
     server_ = std::binary_search(layout_.servers.begin(), layout_.servers.end(), me);
     shards_.resize(layout_.keys.size());
     for (std::size_t ki = 0; ki < layout_.keys.size(); ++ki) {
-      const auto parts = layout_.partitions_of(ki);
+      const auto pieces = layout_.pieces_of(ki);
       auto& sh = shards_[ki];
-      auto mine = std::find_if(parts.begin(), parts.end(), [&](const auto& p) { return p.server == me; });
-      sh.first_partition = static_cast<std::size_t>(mine - parts.begin());
-      while (mine != parts.end() && mine->server == me) ++sh.partitions, ++mine;
-      if (sh.partitions == 0) continue;
-      sh.lo = parts[sh.first_partition].first;
-      sh.hi = parts[sh.first_partition + sh.partitions - 1].first + parts[sh.first_partition + sh.partitions - 1].count;
+      auto mine = std::find_if(pieces.begin(), pieces.end(), [&](const auto& p) { return p.server == me; });
+      sh.first_piece = static_cast<std::size_t>(mine - pieces.begin());
+      while (mine != pieces.end() && mine->server == me) ++sh.pieces, ++mine;
+      if (sh.pieces == 0) continue;
+      sh.lo = pieces[sh.first_piece].first;
+      sh.hi = pieces[sh.first_piece + sh.pieces - 1].first + pieces[sh.first_piece + sh.pieces - 1].count;
       const auto& e = layout_.keys[ki];
       sh.acc.assign((sh.hi - sh.lo) * dtype_size(accumulator_type(e.spec.dtype)), std::byte{0});
     }
@@ -294,10 +311,10 @@ class PushPullState {
   PartialResult partial_push(std::size_t ki, const void* data, void* result, ReduceOp op, const PartialOptions& opts);
 
  private:
-  // This server's element range [lo, hi) of one key: its partitions
-  // [first_partition, first_partition + partitions) of the key.
+  // This server's element range [lo, hi) of one key: its pieces
+  // [first_piece, first_piece + pieces) of the key.
   struct Shard {
-    std::size_t first_partition = 0, partitions = 0;
+    std::size_t first_piece = 0, pieces = 0;
     std::size_t lo = 0, hi = 0;
     std::vector<std::byte> acc;     // accumulator_type elements
     std::vector<std::byte> result;  // dtype elements, when finish() is not a copy
@@ -321,28 +338,28 @@ class PushPullState {
 
 void PushPullState::push(std::size_t ki, const std::byte* data, double weight) {
   const auto& e = layout_.keys[ki];
-  const auto parts = layout_.partitions_of(ki);
-  if (parts.empty()) return;
+  const auto pieces = layout_.pieces_of(ki);
+  if (pieces.empty()) return;
   const int me = comm_.rank();
   Signature sig{Kind::push, e.spec.count, e.spec.dtype, ReduceOp::sum, -1, Algo::none};
   sig.layout = key_salt(e.spec.key, 1);
   Call call(comm_, sig);
   std::size_t index = 0;
-  // 1. As a worker: to each other server, the weight, then the partitions it serves.
+  // 1. As a worker: to each other server, the weight, then the pieces it serves.
   if (worker_) {
     own_weight_ = weight;
     const auto weight_bytes = std::as_bytes(std::span(&own_weight_, 1));
     int previous = -1;
-    for (const auto& p : parts) {
+    for (const auto& p : pieces) {
       if (p.server == me) continue;
       if (p.server != previous) call.send(index++, p.server, weight_bytes);
       previous = p.server;
       call.send(index++, p.server, std::span(data + p.first * e.esize, p.count * e.esize));
     }
   }
-  // 2. As a server: every receive posted at once, then each partition added in worker rank order.
+  // 2. As a server: every receive posted at once, then each piece added in worker rank order.
   auto& sh = shards_[ki];
-  if (sh.partitions > 0) {
+  if (sh.pieces > 0) {
     const std::size_t shard_bytes = (sh.hi - sh.lo) * e.esize;
     const std::size_t nworkers = layout_.workers.size();
     // One scratch slot per other worker: slot(w) skips this rank's own position.
@@ -353,13 +370,13 @@ void PushPullState::push(std::size_t ki, const std::byte* data, double weight) {
     auto slot = [own](std::size_t w) { return w > own ? w - 1 : w; };
     auto staging = call.scratch((worker_ ? nworkers - 1 : nworkers) * shard_bytes);
     const std::size_t recv_base = index;
-    const std::size_t per_worker = sh.partitions + 1;  // weight, then partitions
+    const std::size_t per_worker = sh.pieces + 1;  // weight, then pieces
     for (std::size_t w = 0; w < nworkers; ++w) {
       const int rank = layout_.workers[w];
       if (rank == me) continue;
       call.recv(recv_base + w * per_worker, rank, std::as_writable_bytes(std::span(&remote_weights_[w], 1)));
-      for (std::size_t q = 0; q < sh.partitions; ++q) {
-        const auto& p = parts[sh.first_partition + q];
+      for (std::size_t q = 0; q < sh.pieces; ++q) {
+        const auto& p = pieces[sh.first_piece + q];
         call.recv(recv_base + w * per_worker + 1 + q, rank,
                   staging.subspan(slot(w) * shard_bytes + (p.first - sh.lo) * e.esize, p.count * e.esize));
       }
@@ -373,8 +390,8 @@ void PushPullState::push(std::size_t ki, const std::byte* data, double weight) {
     }
     const bool first_push = !sh.round_open;
     const std::size_t acc_size = dtype_size(accumulator_type(e.spec.dtype));
-    for (std::size_t q = 0; q < sh.partitions; ++q) {
-      const auto& p = parts[sh.first_partition + q];
+    for (std::size_t q = 0; q < sh.pieces; ++q) {
+      const auto& p = pieces[sh.first_piece + q];
       for (std::size_t w = 0; w < nworkers; ++w) {
         const std::byte* src;
         if (layout_.workers[w] == me) {
@@ -397,16 +414,21 @@ void PushPullState::push(std::size_t ki, const std::byte* data, double weight) {
 
 void PushPullState::pull(std::size_t ki, std::byte* out, ReduceOp op) {
   const auto& e = layout_.keys[ki];
-  const auto parts = layout_.partitions_of(ki);
-  if (parts.empty()) return;
+  const auto pieces = layout_.pieces_of(ki);
+  if (pieces.empty()) return;
   const int me = comm_.rank();
   Signature sig{Kind::pull, e.spec.count, e.spec.dtype, op, -1, Algo::none};
   sig.layout = key_salt(e.spec.key, 2);
   Call call(comm_, sig);
   std::size_t index = 0;
-  // 1. As a server: this server's partitions of the aggregate to every other worker.
+  // 1. As a worker: every receive from the other servers, straight into out.
+  if (worker_) {
+    for (const auto& p : pieces)
+      if (p.server != me) call.recv(index++, p.server, std::span(out + p.first * e.esize, p.count * e.esize));
+  }
+  // 2. As a server: this server's pieces of the result to every other worker.
   auto& sh = shards_[ki];
-  if (sh.partitions > 0) {
+  if (sh.pieces > 0) {
     const std::size_t n = sh.hi - sh.lo;
     const std::byte* src = sh.acc.data();
     if (!finish_is_copy(e.spec.dtype, op)) {
@@ -419,18 +441,13 @@ void PushPullState::pull(std::size_t ki, std::byte* out, ReduceOp op) {
     }
     for (int rank : layout_.workers) {
       if (rank == me) continue;
-      for (std::size_t q = 0; q < sh.partitions; ++q) {
-        const auto& p = parts[sh.first_partition + q];
+      for (std::size_t q = 0; q < sh.pieces; ++q) {
+        const auto& p = pieces[sh.first_piece + q];
         call.send(index++, rank, std::span(src + (p.first - sh.lo) * e.esize, p.count * e.esize));
       }
     }
     if (worker_) std::memcpy(out + sh.lo * e.esize, src, n * e.esize);
     sh.round_open = false;
-  }
-  // 2. As a worker: the other servers' partitions.
-  if (worker_) {
-    for (const auto& p : parts)
-      if (p.server != me) call.recv(index++, p.server, std::span(out + p.first * e.esize, p.count * e.esize));
   }
   call.wait_all();
 }
@@ -438,26 +455,30 @@ void PushPullState::pull(std::size_t ki, std::byte* out, ReduceOp op) {
 // A partial step's data movement: the key's partitions spread by range over
 // the step's contributors (a late rank cannot serve the step it missed), each
 // aggregated by its owner in contributor order with the contributors' weights
-// and sent back to every contributor. Per pair of contributors, data messages
-// precede result messages, in partition order, on both sides.
+// and sent back to every contributor, piece by piece. Per pair of
+// contributors, data messages precede result messages, in piece order, on
+// both sides.
 void PushPullState::partial_reduce(Call& call, std::size_t ki, ReduceOp op,
                                    std::span<const partial::Contributor> contributors, const std::byte* send,
                                    std::byte* result) {
   const auto& e = layout_.keys[ki];
-  const auto parts = layout_.partitions_of(ki);
+  const auto pieces = layout_.pieces_of(ki);
   const std::size_t m = contributors.size();
   const int me = comm_.rank();
-  auto owner = [&](const Partition& p) { return range_owner(p.first, p.count, e.spec.count, m); };
+  auto owner = [&](const Piece& p) {
+    const auto& part = layout_.partitions[p.partition];
+    return range_owner(part.first, part.count, e.spec.count, m);
+  };
   std::size_t my_index = 0;
   while (contributors[my_index].rank != me) ++my_index;
-  std::size_t qa = parts.size(), qb = parts.size();  // this rank's partitions [qa, qb)
-  for (std::size_t q = 0; q < parts.size(); ++q) {
-    if (owner(parts[q]) != my_index) continue;
-    if (qa == parts.size()) qa = q;
+  std::size_t qa = pieces.size(), qb = pieces.size();  // this rank's pieces [qa, qb)
+  for (std::size_t q = 0; q < pieces.size(); ++q) {
+    if (owner(pieces[q]) != my_index) continue;
+    if (qa == pieces.size()) qa = q;
     qb = q + 1;
   }
-  const std::size_t lo = qa < qb ? parts[qa].first : 0;
-  const std::size_t hi = qa < qb ? parts[qb - 1].first + parts[qb - 1].count : 0;
+  const std::size_t lo = qa < qb ? pieces[qa].first : 0;
+  const std::size_t hi = qa < qb ? pieces[qb - 1].first + pieces[qb - 1].count : 0;
   const std::size_t shard_bytes = (hi - lo) * e.esize;
   auto slot = [my_index](std::size_t i) { return i > my_index ? i - 1 : i; };  // skips this rank
   auto staging = call.scratch((m - 1) * shard_bytes);
@@ -466,7 +487,7 @@ void PushPullState::partial_reduce(Call& call, std::size_t ki, ReduceOp op,
   double total = 0;
   for (const auto& c : contributors) total += c.weight;
 
-  // 1. Receives from each other contributor: its data for my partitions, then the results of its partitions.
+  // 1. Receives from each other contributor: its data for my pieces, then the results of its pieces.
   std::size_t index = 0;
   recv_index_.assign(m, 0);
   for (std::size_t i = 0; i < m; ++i) {
@@ -474,18 +495,18 @@ void PushPullState::partial_reduce(Call& call, std::size_t ki, ReduceOp op,
     recv_index_[i] = index;
     for (std::size_t q = qa; q < qb; ++q)
       call.recv(index++, contributors[i].rank,
-                staging.subspan(slot(i) * shard_bytes + (parts[q].first - lo) * e.esize, parts[q].count * e.esize));
-    for (const auto& p : parts)
+                staging.subspan(slot(i) * shard_bytes + (pieces[q].first - lo) * e.esize, pieces[q].count * e.esize));
+    for (const auto& p : pieces)
       if (owner(p) == i) call.recv(index++, contributors[i].rank, std::span(result + p.first * e.esize, p.count * e.esize));
   }
-  // 2. My data for the other owners' partitions.
-  for (const auto& p : parts) {
+  // 2. My data for the other owners' pieces.
+  for (const auto& p : pieces) {
     const std::size_t o = owner(p);
     if (o != my_index) call.send(index++, contributors[o].rank, std::span(send + p.first * e.esize, p.count * e.esize));
   }
-  // 3. My partitions: aggregate in contributor order, finish, send to every other contributor.
+  // 3. My pieces: aggregate in contributor order, finish, send to every other contributor.
   for (std::size_t q = qa; q < qb; ++q) {
-    const auto& p = parts[q];
+    const auto& p = pieces[q];
     std::byte* acc = partial_acc_.data() + (p.first - lo) * acc_size;
     for (std::size_t i = 0; i < m; ++i) {
       const std::byte* src = send + p.first * e.esize;
@@ -556,7 +577,7 @@ PushPull::PushPull(Communicator& comm, std::span<const PushPullKey> keys, const 
   detail::CommImpl& impl = comm.impl();
   impl.check_usable();
   const std::size_t partition_bytes = opts.partition_bytes != 0 ? opts.partition_bytes : impl.config().ps_partition_bytes;
-  auto layout = coll::ps::Layout::make(keys, opts.servers, comm.size(), partition_bytes);
+  auto layout = coll::ps::Layout::make(keys, opts.servers, comm.size(), partition_bytes, impl.config().chunk_bytes);
   ANTDT_CHECK_ARG(!impl.collective_state() || !coll::suite(impl).in_group(),
                   "PushPull: cannot be created inside a group (it checks the key table with a collective)");
   // Every rank must have built the same layout: compare the hashes.

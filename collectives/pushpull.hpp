@@ -19,11 +19,23 @@ struct Partition {
   int server = -1;            // rank
 };
 
+// The unit of transfer: a partition is sent in pieces of at most the
+// communicator's chunk size (ANTDT_CHUNK_BYTES), so that a server adds one
+// piece while the next is still in flight.
+struct Piece {
+  std::size_t first = 0;      // first element of the key
+  std::size_t count = 0;      // elements
+  int server = -1;            // its partition's server
+  std::size_t partition = 0;  // into Layout::partitions
+};
+
 struct KeyEntry {
   PushPullKey spec;
   std::size_t esize = 0;
   std::size_t first_partition = 0;  // into Layout::partitions
   std::size_t partitions = 0;
+  std::size_t first_piece = 0;      // into Layout::pieces
+  std::size_t pieces = 0;
 };
 
 // Keys sorted by id; each key cut into partitions of at most partition_bytes
@@ -33,17 +45,20 @@ struct KeyEntry {
 struct Layout {
   std::vector<KeyEntry> keys;
   std::vector<Partition> partitions;
+  std::vector<Piece> pieces;
   std::vector<int> servers;  // ascending
   std::vector<int> workers;  // ascending
   std::size_t partition_bytes = 0;
+  std::size_t chunk_bytes = 0;
 
   // Validates keys and options (InvalidArgument naming the fault).
   static Layout make(std::span<const PushPullKey> keys, std::span<const int> servers, int nranks,
-                     std::size_t partition_bytes);
+                     std::size_t partition_bytes, std::size_t chunk_bytes);
   // Index into keys; InvalidArgument for an unknown key.
   std::size_t key_index(std::uint64_t key) const;
   std::span<const Partition> partitions_of(std::size_t key_index) const;
-  // What every rank must agree on (keys, counts, dtypes, partitioning, servers).
+  std::span<const Piece> pieces_of(std::size_t key_index) const;
+  // What every rank must agree on (keys, counts, dtypes, partitioning, chunking, servers).
   std::uint64_t hash() const noexcept;
 };
 

@@ -64,7 +64,7 @@ TEST(PushPullLayout, SplitCoversTheTensorInEqualElementAlignedParts) {
 TEST(PushPullLayout, PartitionsAreSpreadByRangeOverTheServers) {
   std::vector<PushPullKey> keys = {{30, 5000, DataType::f32}, {10, 3001, DataType::f64}, {20, 0, DataType::bf16},
                                    {40, 1, DataType::i32}};
-  auto l = Layout::make(keys, {}, 3, 4096);
+  auto l = Layout::make(keys, {}, 3, 4096, 4096);
   ASSERT_EQ(l.servers, (std::vector<int>{0, 1, 2}));
   ASSERT_EQ(l.workers, (std::vector<int>{0, 1, 2}));
   // Keys sorted by id; server ranks never decrease along the table.
@@ -84,10 +84,31 @@ TEST(PushPullLayout, PartitionsAreSpreadByRangeOverTheServers) {
   EXPECT_EQ(l.partitions_of(l.key_index(40)).size(), 1u);
 }
 
+TEST(PushPullLayout, PartitionsTravelInPiecesOfTheChunkSize) {
+  std::vector<PushPullKey> keys = {{1, 10000, DataType::f64}, {2, 3, DataType::f32}};
+  auto l = Layout::make(keys, {}, 2, 16384, 4096);  // 80000 B: 5 partitions of 2000 elements, 4 pieces each
+  ASSERT_EQ(l.partitions_of(0).size(), 5u);
+  const auto pieces = l.pieces_of(0);
+  ASSERT_EQ(pieces.size(), 20u);
+  std::size_t next = 0;
+  for (const auto& piece : pieces) {
+    EXPECT_EQ(piece.first, next);
+    EXPECT_LE(piece.count * 8, 4096u);
+    const auto& part = l.partitions[piece.partition];
+    EXPECT_GE(piece.first, part.first);
+    EXPECT_LE(piece.first + piece.count, part.first + part.count);
+    EXPECT_EQ(piece.server, part.server);
+    next += piece.count;
+  }
+  EXPECT_EQ(next, 10000u);
+  ASSERT_EQ(l.pieces_of(1).size(), 1u);
+  EXPECT_EQ(l.pieces_of(1)[0].count, 3u);
+}
+
 TEST(PushPullLayout, DedicatedServersHoldEveryPartition) {
   std::vector<PushPullKey> keys = {{1, 100000, DataType::f32}};
   std::vector<int> servers = {3, 1};
-  auto l = Layout::make(keys, servers, 5, 4096);
+  auto l = Layout::make(keys, servers, 5, 4096, 4096);
   EXPECT_EQ(l.servers, (std::vector<int>{1, 3}));
   EXPECT_EQ(l.workers, (std::vector<int>{0, 2, 4}));
   std::size_t on1 = 0, on3 = 0;
@@ -101,23 +122,24 @@ TEST(PushPullLayout, DedicatedServersHoldEveryPartition) {
 
 TEST(PushPullLayout, BadTablesAndOptionsAreRefused) {
   std::vector<PushPullKey> dup = {{1, 4, DataType::f32}, {1, 8, DataType::f32}};
-  EXPECT_THROW(Layout::make(dup, {}, 2, 4096), InvalidArgument);
+  EXPECT_THROW(Layout::make(dup, {}, 2, 4096, 4096), InvalidArgument);
   std::vector<PushPullKey> keys = {{1, 4, DataType::f32}};
   std::vector<int> out_of_range = {2}, twice = {1, 1}, all = {0, 1};
-  EXPECT_THROW(Layout::make(keys, out_of_range, 2, 4096), InvalidArgument);
-  EXPECT_THROW(Layout::make(keys, twice, 3, 4096), InvalidArgument);
-  EXPECT_THROW(Layout::make(keys, all, 2, 4096), InvalidArgument);
-  EXPECT_THROW(Layout::make(keys, {}, 2, 4095), InvalidArgument);
+  EXPECT_THROW(Layout::make(keys, out_of_range, 2, 4096, 4096), InvalidArgument);
+  EXPECT_THROW(Layout::make(keys, twice, 3, 4096, 4096), InvalidArgument);
+  EXPECT_THROW(Layout::make(keys, all, 2, 4096, 4096), InvalidArgument);
+  EXPECT_THROW(Layout::make(keys, {}, 2, 4095, 4096), InvalidArgument);
   std::vector<PushPullKey> bad_dtype = {{1, 4, static_cast<DataType>(99)}};
-  EXPECT_THROW(Layout::make(bad_dtype, {}, 2, 4096), InvalidArgument);
+  EXPECT_THROW(Layout::make(bad_dtype, {}, 2, 4096, 4096), InvalidArgument);
   // The hash sees every field.
-  auto a = Layout::make(keys, {}, 2, 4096).hash();
+  auto a = Layout::make(keys, {}, 2, 4096, 4096).hash();
   std::vector<PushPullKey> other_count = {{1, 5, DataType::f32}}, other_dtype = {{1, 4, DataType::i32}};
-  EXPECT_NE(a, Layout::make(other_count, {}, 2, 4096).hash());
-  EXPECT_NE(a, Layout::make(other_dtype, {}, 2, 4096).hash());
-  EXPECT_NE(a, Layout::make(keys, {}, 2, 8192).hash());
+  EXPECT_NE(a, Layout::make(other_count, {}, 2, 4096, 4096).hash());
+  EXPECT_NE(a, Layout::make(other_dtype, {}, 2, 4096, 4096).hash());
+  EXPECT_NE(a, Layout::make(keys, {}, 2, 8192, 4096).hash());
+  EXPECT_NE(a, Layout::make(keys, {}, 2, 4096, 8192).hash());
   std::vector<int> one = {1};
-  EXPECT_NE(a, Layout::make(keys, one, 2, 4096).hash());
+  EXPECT_NE(a, Layout::make(keys, one, 2, 4096, 4096).hash());
 }
 
 TEST(PushPullConfig, PartitionBytesComeFromTheEnvironment) {
@@ -217,7 +239,7 @@ TEST_P(PushPullModes, RoundsMatchTheReference) {
   auto outcomes = run_ranks(mode.ranks, TransportKind::inproc, [&](Communicator& comm) {
     PushPullOptions opts;
     opts.servers = servers;
-    opts.partition_bytes = 4096;
+    opts.partition_bytes = 8192;  // partitions of 2 pieces (the test's chunk size is 4096)
     PushPull pp(comm, kTable, opts);
     const bool worker = pp.is_worker();
     if (worker != (std::find(workers.begin(), workers.end(), comm.rank()) != workers.end()))
