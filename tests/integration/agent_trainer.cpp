@@ -15,6 +15,8 @@
 //     taken back (it restarted), "rebuild <step> <generation>", "exit <step>"
 //     when ordered to restart. At the end rank 0 writes DIR/total.txt:
 //     "<samples in the model> <1 if every rank's model is equal, else 0>".
+//     With --check-total, rank 0 also fails (exit 1) unless the model counted
+//     exactly N x E samples (true when no batch was voided).
 //   agent_trainer sleep --out DIR [--fork] [--ignore-term]
 //     Writes DIR/pid.<rank> ("<pid> [<forked child pid>]") and sleeps 60 s.
 //   agent_trainer fail --out DIR --rank R --code C
@@ -78,7 +80,7 @@ int train(const std::map<std::string, std::string>& args) {
     step_time = std::chrono::milliseconds(number(args, "--slow-ms", 10));
   std::ofstream log(out + "/rank" + std::to_string(agent.rank()) + ".inc" + std::to_string(agent.incarnation()) +
                         ".log",
-                    std::ios::app);
+                    std::ios::trunc);
   std::array<double, 2> model{0, 0};  // sum of sample ids, samples
   bool resynced = false;
   for (;;) {
@@ -123,12 +125,18 @@ int train(const std::map<std::string, std::string>& args) {
   comm.allreduce(std::span<double>(low), antdt::ReduceOp::min);
   comm.allreduce(std::span<double>(high), antdt::ReduceOp::max);
   const bool consistent = low == high;
+  bool total_ok = true;
   if (agent.rank() == 0) {
     std::ofstream total(out + "/total.txt");
     total << static_cast<std::uint64_t>(model[1]) << ' ' << (consistent ? 1 : 0) << std::endl;
+    const double expected = static_cast<double>(options.dataset_size) * options.epochs;
+    if (args.count("--check-total") && model[1] != expected) {
+      std::fprintf(stderr, "agent_trainer: the model counted %.0f samples, expected %.0f\n", model[1], expected);
+      total_ok = false;
+    }
   }
   agent.close();
-  return consistent ? 0 : 1;
+  return consistent && total_ok ? 0 : 1;
 }
 
 int sleeper(const std::map<std::string, std::string>& args, bool fail) {
