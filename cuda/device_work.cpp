@@ -16,6 +16,7 @@
 #include "cuda/staging_engine.hpp"
 
 #include <cuda_runtime_api.h>
+#include <cudaTypedefs.h>
 
 #include <cstring>
 #include <map>
@@ -97,6 +98,49 @@ class MappingCache {
 MappingCache& mapping_cache() {
   static MappingCache* cache = new MappingCache;  // never destroyed: mappings outlive static destruction order
   return *cache;
+}
+
+// ---------------------------------------------------------------------------
+// Whether any device's primary context is active. Asking CUDA about a pointer
+// creates a context (hundreds of MB of GPU memory, and time) in a process
+// that never used the GPU; without an active context no pointer can be device
+// memory, so host-only users of a CUDA build never get one from us. Fetched
+// from the driver at run time, as in ipc.cpp (the library never links libcuda).
+// ---------------------------------------------------------------------------
+struct ContextProbe {
+  PFN_cuDeviceGet_v2000 device_get = nullptr;
+  PFN_cuDevicePrimaryCtxGetState_v7000 state = nullptr;
+};
+
+const ContextProbe& context_probe() {
+  static const ContextProbe probe = [] {
+    ContextProbe p;
+    void* symbol = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuDeviceGet", &symbol, 2000, cudaEnableDefault, &found) == cudaSuccess &&
+        found == cudaDriverEntryPointSuccess)
+      p.device_get = reinterpret_cast<PFN_cuDeviceGet_v2000>(symbol);
+    if (cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &symbol, 7000, cudaEnableDefault, &found) ==
+            cudaSuccess &&
+        found == cudaDriverEntryPointSuccess)
+      p.state = reinterpret_cast<PFN_cuDevicePrimaryCtxGetState_v7000>(symbol);
+    static_cast<void>(cudaGetLastError());
+    return p;
+  }();
+  return probe;
+}
+
+bool any_context_active() noexcept {
+  const ContextProbe& probe = context_probe();
+  if (probe.device_get == nullptr || probe.state == nullptr) return true;  // cannot tell: ask about the pointer
+  for (int ordinal = 0; ordinal < device_count(); ++ordinal) {
+    CUdevice device{};
+    unsigned flags = 0;
+    int active = 0;
+    if (probe.device_get(&device, ordinal) != CUDA_SUCCESS) return true;
+    if (probe.state(device, &flags, &active) != CUDA_SUCCESS || active != 0) return true;
+  }
+  return false;
 }
 
 // Kernels reading another device's memory through a pointer of this process
@@ -196,7 +240,9 @@ class CudaDeviceWork final : public DeviceWork {
 
 class CudaBackend final : public DeviceBackend {
  public:
-  bool is_device(const void* p) override { return p != nullptr && memory_type_of(p) == MemoryType::device; }
+  bool is_device(const void* p) override {
+    return p != nullptr && available() && any_context_active() && memory_type_of(p) == MemoryType::device;
+  }
 
   std::unique_ptr<DeviceWork> begin(const void* buffer, void* stream) override {
     if (!available()) raise<UnsupportedError>("device collective: ", unavailable_reason());
