@@ -91,7 +91,7 @@ Coordinator::Member& Coordinator::member(int rank) {
   return members_[static_cast<std::size_t>(rank)];
 }
 
-Welcome Coordinator::hello(int rank, std::uint32_t incarnation, std::uint64_t generation) {
+Welcome Coordinator::hello(int rank, std::uint32_t incarnation, std::uint64_t generation, bool reconnect) {
   std::lock_guard lock(mu_);
   if (rank < 0 || rank >= options_.world_size)
     return Welcome{false, cat("rank ", rank, " is out of range [0, ", options_.world_size, ")"), 0, 0};
@@ -101,7 +101,7 @@ Welcome Coordinator::hello(int rank, std::uint32_t incarnation, std::uint64_t ge
     return Welcome{false, cat("rank ", rank, " incarnation ", incarnation, " is older than ", m.incarnation), 0, 0};
   generation_ = std::max(generation_, generation);
   std::uint64_t resume_step = 0;
-  const bool restarted = incarnation > 0 && (!m.ever_connected || incarnation > m.incarnation);
+  const bool restarted = !reconnect && incarnation > 0 && (!m.ever_connected || incarnation > m.incarnation);
   if (restarted) {
     if (m.restart_ordered) {
       m.restart_ordered = false;
@@ -503,7 +503,8 @@ bool CoordinatorService::serve(Connection& c) {
         welcome.reason = cat("rank ", hello.rank, " believes the job has ", hello.world_size, " ranks, the coordinator has ",
                              coordinator_->options().world_size);
       } else {
-        welcome = coordinator_->hello(static_cast<int>(hello.rank), hello.incarnation, hello.generation);
+        welcome = coordinator_->hello(static_cast<int>(hello.rank), hello.incarnation, hello.generation,
+                                      hello.reconnect);
         if (welcome.accepted) c.rank = static_cast<int>(hello.rank);
       }
     } catch (const Error& e) {

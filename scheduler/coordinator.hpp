@@ -94,8 +94,10 @@ class Coordinator {
   ~Coordinator();
 
   // A rank proved the secret. Refused (accepted = false, with the reason) when
-  // the rank is out of range or already connected.
-  Welcome hello(int rank, std::uint32_t incarnation, std::uint64_t generation);
+  // the rank is out of range or already connected. `reconnect`: the process
+  // said hello before (to this or an earlier coordinator process), so a new
+  // incarnation number is not a restart to handle.
+  Welcome hello(int rank, std::uint32_t incarnation, std::uint64_t generation, bool reconnect = false);
   Plan plan(int rank, std::uint64_t step);
   void report(int rank, const Report& report);
   BatchReply fetch(int rank, std::uint64_t max_samples);

@@ -16,18 +16,19 @@ CoordinatorClient::CoordinatorClient(const net::Endpoint& address, std::span<con
       incarnation_(incarnation), generation_(generation), timeout_(timeout) {
   ANTDT_CHECK_ARG(rank >= 0 && rank < world_size, "coordinator client: rank ", rank, " out of range [0, ", world_size,
                   ")");
-  connect(Clock::now() + timeout_);
+  connect(Clock::now() + timeout_, false);
 }
 
 CoordinatorClient::~CoordinatorClient() = default;
 
-void CoordinatorClient::connect(Clock::time_point deadline) {
+void CoordinatorClient::connect(Clock::time_point deadline, bool reconnect) {
   link_ = control::Link(net::connect_to(address_, deadline));
   auto frame = link_.receive(deadline);
   if (!frame)
     raise<TimeoutError>("coordinator at ", address_.to_string(), " sent no challenge within ANTDT_TIMEOUT_MS");
   const Challenge challenge = decode_challenge(*frame);
-  Hello hello{static_cast<std::uint32_t>(rank_), static_cast<std::uint32_t>(world_size_), incarnation_, generation_, {}};
+  Hello hello{static_cast<std::uint32_t>(rank_), static_cast<std::uint32_t>(world_size_), incarnation_, generation_,
+              reconnect, {}};
   hello.mac = prove(secret_, challenge, hello.rank, hello.world_size, hello.incarnation);
   link_.send(encode(hello), deadline);
   frame = link_.receive(deadline);
@@ -60,7 +61,7 @@ Bytes CoordinatorClient::call(const Request& request) {
       ANTDT_WARN("rank ", rank_, ": lost the coordinator connection (", e.what(), "); reconnecting");
       for (;;) {
         try {
-          connect(deadline);
+          connect(deadline, true);
           ++reconnections_;
           break;
         } catch (const Error& again) {

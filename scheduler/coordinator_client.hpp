@@ -49,7 +49,7 @@ class CoordinatorClient {
   bool closed() const noexcept { return !link_; }
 
  private:
-  void connect(std::chrono::steady_clock::time_point deadline);
+  void connect(std::chrono::steady_clock::time_point deadline, bool reconnect);
   Bytes call(const Request& request);
 
   net::Endpoint address_;

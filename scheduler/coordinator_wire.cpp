@@ -149,6 +149,7 @@ Bytes encode(const Hello& m) {
   w.put(m.world_size);
   w.put(m.incarnation);
   w.put(m.generation);
+  w.put(static_cast<std::uint8_t>(m.reconnect));
   w.bytes(m.mac);
   return w.take();
 }
@@ -275,6 +276,7 @@ Hello decode_hello(std::span<const std::byte> bytes) {
   m.world_size = r.get<std::uint32_t>();
   m.incarnation = r.get<std::uint32_t>();
   m.generation = r.get<std::uint64_t>();
+  m.reconnect = r.flag();
   r.bytes(m.mac);
   r.done();
   return m;

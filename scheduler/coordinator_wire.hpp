@@ -65,6 +65,7 @@ struct Hello {
   std::uint32_t world_size = 0;
   std::uint32_t incarnation = 0;
   std::uint64_t generation = 0;  // the rank's communicator generation (a restarted coordinator adopts the highest)
+  bool reconnect = false;        // this process said hello before: not a restarted rank
   std::array<std::byte, kMacBytes> mac{};
 };
 struct Welcome {

@@ -216,6 +216,21 @@ TEST(Coordinator, EmbeddedCoordinatorDoesNotRestartRankZero) {
   EXPECT_EQ(c.stats().restarts_ordered, 0u);
 }
 
+TEST(Coordinator, ReconnectOfARestartedRankIsNotARestart) {
+  // A new coordinator process (restored from its checkpoint) meets a rank
+  // that was restarted under the previous one: no new generation.
+  Coordinator c(options_for(2, 0, 1, 1, 2));
+  ASSERT_TRUE(c.hello(0, 0, 3, true).accepted);
+  c.plan(0, 40);
+  const Welcome w = c.hello(1, 1, 3, true);
+  ASSERT_TRUE(w.accepted);
+  EXPECT_EQ(w.generation, 3u);  // adopted from the ranks
+  EXPECT_EQ(w.resume_step, 0u);
+  EXPECT_EQ(c.plan(1, 40).generation, 3u);
+  EXPECT_EQ(c.plan(0, 41).generation, 3u);
+  EXPECT_EQ(c.stats().restarts_done, 0u);
+}
+
 TEST(Coordinator, UnorderedRestartMakesEveryRankRebuild) {
   Coordinator c(options_for(2, 0, 1, 1, 2));
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(c.hello(r, 0, 0).accepted);
@@ -447,7 +462,7 @@ TEST(CoordinatorService, RefusesWrongSecretsAndSurvivesGarbage) {
     auto frame = raw.receive(Clock::now() + 5s);
     ASSERT_TRUE(frame.has_value());
     const Challenge challenge = decode_challenge(*frame);
-    Hello hello{1, 2, 0, 0, {}};
+    Hello hello{1, 2, 0, 0, false, {}};
     hello.mac = prove(test_secret(), challenge, 1, 2, 0);
     raw.send(encode(hello), Clock::now() + 5s);
     frame = raw.receive(Clock::now() + 5s);

@@ -32,13 +32,14 @@ TEST(CoordinatorWire, HandshakeRoundTrip) {
   for (std::size_t i = 0; i < c.nonce.size(); ++i) c.nonce[i] = static_cast<std::byte>(100 + i);
   EXPECT_EQ(decode_challenge(encode(c)).nonce, c.nonce);
 
-  Hello h{7, 9, 3, 12345, {}};
+  Hello h{7, 9, 3, 12345, true, {}};
   h.mac = prove(secret_of(1), c, 7, 9, 3);
   const Hello back = decode_hello(encode(h));
   EXPECT_EQ(back.rank, 7u);
   EXPECT_EQ(back.world_size, 9u);
   EXPECT_EQ(back.incarnation, 3u);
   EXPECT_EQ(back.generation, 12345u);
+  EXPECT_TRUE(back.reconnect);
   EXPECT_EQ(back.mac, h.mac);
 
   const Welcome w{true, "", 4, 17};
@@ -54,7 +55,7 @@ TEST(CoordinatorWire, HandshakeRoundTrip) {
 TEST(CoordinatorWire, MacBindsEveryField) {
   Challenge c;
   c.nonce.fill(std::byte{5});
-  Hello h{2, 4, 1, 0, {}};
+  Hello h{2, 4, 1, 0, false, {}};
   h.mac = prove(secret_of(1), c, 2, 4, 1);
   EXPECT_TRUE(verify(secret_of(1), c, h));
   EXPECT_FALSE(verify(secret_of(2), c, h));  // another secret
