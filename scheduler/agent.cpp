@@ -13,6 +13,7 @@
 
 #include <openssl/rand.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <optional>
@@ -111,7 +112,8 @@ class AgentImpl {
     ANTDT_CHECK_ARG(!fetched_this_step_, "agent of rank ", rank_, ": next_samples called twice in step ", step_);
     fetched_this_step_ = true;
     SampleBatch out;
-    const std::uint64_t max_samples = std::min(plan_->local_batch, cap);
+    // A batch's ids must fit in one frame (kMaxBatchSamples).
+    const std::uint64_t max_samples = std::min({plan_->local_batch, cap, coord::kMaxBatchSamples});
     if (max_samples == 0) return out;
     coord::BatchReply reply = client_->fetch(max_samples);
     out.epoch = reply.epoch;
