@@ -185,6 +185,10 @@ void check_transfer(const detail::CommImpl& comm, const void* buf, std::size_t c
   check_peer(comm, peer, what);
   ANTDT_CHECK_ARG(count == 0 || buf != nullptr, what, ": buffer is null with count ", count);
   checked_product(count, dtype_size(dtype), what);
+  // The host transports would read or write the device pointer directly.
+  if (device::is_device_call(buf, nullptr))
+    raise<UnsupportedError>(what, ": device buffers are not supported for point-to-point transfers yet (the "
+                            "collectives take them; docs/gpu.md)");
 }
 
 // ---- running (arguments already checked) ----

@@ -659,6 +659,21 @@ TEST(DevicePaths, PartialAllreduceOnDeviceBuffers) {
   EXPECT_GT(dev.begins.load(), 0);
 }
 
+TEST(DevicePaths, PointToPointRefusesDeviceBuffers) {
+  FakeDevice dev(40);
+  coll::device::ScopedBackend use(dev);
+  auto outcomes = run_ranks(2, TransportKind::inproc, [&](Communicator& comm) {
+    std::byte* buf = dev.allocate(64);
+    const int peer = 1 - comm.rank();
+    EXPECT_THROW(comm.send(buf, 16, DataType::f32, peer), UnsupportedError);
+    EXPECT_THROW(comm.recv(buf, 16, DataType::f32, peer), UnsupportedError);
+    EXPECT_THROW(static_cast<void>(comm.isend(buf, 16, DataType::f32, peer)), UnsupportedError);
+    // The communicator is still usable.
+    comm.allreduce(buf, buf, 16, DataType::f32, ReduceOp::sum);
+  });
+  expect_all_ok(outcomes);
+}
+
 TEST(DevicePaths, HostBuffersNeverTouchTheDeviceBackend) {
   FakeDevice dev(40);
   coll::device::ScopedBackend use(dev);
