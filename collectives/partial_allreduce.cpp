@@ -95,6 +95,7 @@ class PartialState final : public detail::CollectiveState {
   std::uint64_t applied = 0;   // results returned to the caller
   std::uint64_t latest = 0;    // newest result known to exist
   std::optional<Clock::time_point> last_return;
+  double last_transfer_s = 0;  // data movement of the last call that moved data (the arbiter's grace for defer)
   Signature last_signature;    // of the last step (the finish exchange moves data with it)
   bool run_over = false;       // every other rank finished: only cached results remain
   std::vector<StragglerClass> classes;
@@ -299,6 +300,7 @@ PartialResult partial_step(detail::CommImpl& comm, const void* send, void* recv,
     arrival.compute_s = *marked;
   else
     arrival.compute_s = st.last_return ? std::chrono::duration<double>(arrived_at - *st.last_return).count() : 0;
+  arrival.transfer_s = st.last_transfer_s;
   arrival.samples = opts.samples;
   arrival.signature = signature_of(sig, opts);
   arrival.policy = opts.policy;
@@ -343,8 +345,8 @@ PartialResult partial_step(detail::CommImpl& comm, const void* send, void* recv,
   if (contributes) own_result = next == d.step && out != nullptr ? out : st.cache.claim(d.step).data();
   move_data(comm, st, d, sig, kStepSeqBit | d.step, static_cast<const std::byte*>(send), own_result, count, false,
             kind.reduce);
-  record_collective(comm, std::chrono::duration<double>(decided_at - arrived_at).count(),
-                    std::chrono::duration<double>(Clock::now() - decided_at).count());
+  st.last_transfer_s = std::chrono::duration<double>(Clock::now() - decided_at).count();
+  record_collective(comm, std::chrono::duration<double>(decided_at - arrived_at).count(), st.last_transfer_s);
   if (contributes && own_result == out && out != nullptr && !st.cache.has(d.step)) {  // the server cached it already
     auto slot = st.cache.claim(d.step);
     if (bytes > 0 && slot.data() != out) std::memcpy(slot.data(), out, bytes);

@@ -261,6 +261,16 @@ double Monitor::expected_step() const {
   return expected_step_locked();
 }
 
+double Monitor::expected_transfer() const {
+  std::lock_guard lock(mu_);
+  return median_ewma_locked(&RankState::transfer);
+}
+
+double Monitor::measured_jitter() const {
+  std::lock_guard lock(mu_);
+  return cfg_.grace_margin * (spread_.empty() ? 0 : spread_.median(scratch_));
+}
+
 double Monitor::grace_locked() const {
   const double compute = median_ewma_locked(&RankState::compute);
   const double spread = spread_.empty() ? 0 : spread_.median(scratch_);

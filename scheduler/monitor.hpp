@@ -83,6 +83,11 @@ class Monitor {
   // Seconds. Expected step = median over ranks of EWMA(compute) + median of
   // EWMA(transfer): a step without waiting. Grace: see docs/monitor.md.
   double expected_step() const;
+  // Seconds: the median over ranks of EWMA(transfer), the data-moving part of a step.
+  double expected_transfer() const;
+  // Seconds: grace_margin x the measured spread of healthy ranks' compute, with
+  // no floor (grace() assumes at least a fraction of the compute time).
+  double measured_jitter() const;
   double grace() const;
 
   // Text table naming every non-healthy rank (at most max_rows of them) with

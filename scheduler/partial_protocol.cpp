@@ -89,6 +89,7 @@ Bytes encode(const Arrival& m) {
   w.put(m.step);
   w.put(m.weight);
   w.put(m.compute_s);
+  w.put(m.transfer_s);
   w.put(m.samples);
   w.put(m.signature);
   w.put(static_cast<std::uint8_t>(m.policy));
@@ -140,6 +141,7 @@ ToArbiter decode_to_arbiter(std::span<const std::byte> bytes, int ranks) {
       m.step = r.get<std::uint64_t>();
       m.weight = r.get<double>();
       m.compute_s = r.get<double>();
+      m.transfer_s = r.get<double>();
       m.samples = r.get<std::uint64_t>();
       m.signature = r.get<std::uint64_t>();
       auto policy = r.get<std::uint8_t>();
@@ -147,7 +149,7 @@ ToArbiter decode_to_arbiter(std::span<const std::byte> bytes, int ranks) {
         raise<BootstrapError>("malformed partial-collective arrival: policy ", int{policy});
       m.policy = static_cast<LatePolicy>(policy);
       m.staleness = r.get<std::uint32_t>();
-      if (m.step == 0 || !(m.weight >= 0) || !(m.compute_s >= 0))
+      if (m.step == 0 || !(m.weight >= 0) || !(m.compute_s >= 0) || !(m.transfer_s >= 0))
         raise<BootstrapError>("malformed partial-collective arrival: step ", m.step, ", weight ", m.weight);
       r.end();
       return m;

@@ -22,6 +22,7 @@ struct Arrival {
   std::uint64_t step = 0;       // applied results + 1
   double weight = 0;            // 0: no contribution (only fetches the result)
   double compute_s = 0;         // time since this rank's previous call returned (the Monitor's input)
+  double transfer_s = 0;        // time this rank's previous call spent moving data (ring, catch-up)
   std::uint64_t samples = 0;
   std::uint64_t signature = 0;  // count, dtype, op, policy, staleness: must match across ranks
   LatePolicy policy = LatePolicy::wait;
