@@ -122,6 +122,7 @@ inline double unit(std::uint64_t seed, std::uint64_t stream, int rank, std::uint
 // Which rank straggles how, and its compute factor at each step.
 class ComputeModel {
  public:
+  // Keeps a reference to `sc`, which must outlive the model.
   explicit ComputeModel(const Scenario& sc) : sc_(sc), kinds_(static_cast<std::size_t>(sc.ranks), Kind::healthy) {
     ANTDT_CHECK_ARG(sc.ranks >= 1, "ranks must be >= 1");
     ANTDT_CHECK_ARG(sc.straggler_fraction >= 0 && sc.straggler_fraction <= 1, "straggler fraction ",
@@ -207,11 +208,14 @@ struct Result {
 class Simulation {
  public:
   Simulation(const Scenario& sc, std::string policy, std::string policy_config)
-      : sc_(sc), model_(sc), policy_(std::move(policy)), policy_config_(std::move(policy_config)) {
+      : sc_(sc), model_(sc_), policy_(std::move(policy)), policy_config_(std::move(policy_config)) {
     ANTDT_CHECK_ARG(sc.batch_per_rank >= 1, "batch per rank must be >= 1");
     ANTDT_CHECK_ARG(sc.steps >= 1, "steps must be >= 1");
     ANTDT_CHECK_ARG(sc.quorum > 0 && sc.quorum <= 1, "quorum ", sc.quorum, " is outside (0, 1]");
   }
+
+  Simulation(const Simulation&) = delete;  // model_ refers to this object's sc_
+  Simulation& operator=(const Simulation&) = delete;
 
   // One line per step (times, participants, DDS progress) to `log`; null: none.
   void set_step_log(std::FILE* log) { step_log_ = log; }
@@ -488,8 +492,8 @@ class Simulation {
     records.push_back(rec);
   }
 
-  const Scenario& sc_;
-  ComputeModel model_;
+  Scenario sc_;          // a copy: the caller's scenario may be a temporary
+  ComputeModel model_;   // refers to sc_
   std::string policy_, policy_config_;
   std::vector<RankSim> ranks_;
   std::vector<RankPlan> plans_;
