@@ -17,7 +17,7 @@ namespace {
 constexpr std::string_view kVar = "ANTDT_INJECT";
 constexpr std::string_view kAccepted =
     "clauses separated by ';', each 'rank=<N|A-B|*>:key=value,...' with keys slow, spike_p, spike_x, spike_len, "
-    "from_step, delay_us, bw_mbps, seed; or 'seed=<N>' alone";
+    "from_step, incarnation, delay_us, bw_mbps, seed; or 'seed=<N>' alone";
 constexpr double kMaxFactor = 1000;
 constexpr std::uint64_t kMaxSpikeLen = 10000;
 constexpr std::uint64_t kMaxDelayUs = 60'000'000;
@@ -104,6 +104,8 @@ class Parser {
       if (c.spike_len == 0) fail(clause, "spike_len must be at least 1");
     } else if (key == "from_step") {
       c.from_step = unsigned_value(clause, key, value, kMaxStep);
+    } else if (key == "incarnation") {
+      c.incarnation = static_cast<int>(unsigned_value(clause, key, value, INT_MAX));
     } else if (key == "delay_us") {
       c.delay_us = unsigned_value(clause, key, value, kMaxDelayUs);
     } else if (key == "bw_mbps") {
@@ -144,9 +146,9 @@ class Parser {
       c.text = std::string(clause);
       parse_ranks(clause, head_value, c);
 
-      std::array<bool, 8> seen{};
-      constexpr std::array<std::string_view, 8> kKeys{"slow",      "spike_p",  "spike_x", "spike_len",
-                                                      "from_step", "delay_us", "seed",    "bw_mbps"};
+      std::array<bool, 9> seen{};
+      constexpr std::array<std::string_view, 9> kKeys{"slow",     "spike_p", "spike_x", "spike_len",  "from_step",
+                                                      "delay_us", "seed",    "bw_mbps", "incarnation"};
       std::string_view keys = clause.substr(colon + 1);
       bool any = false;
       while (!keys.empty()) {
@@ -199,7 +201,7 @@ double uniform(std::uint64_t seed, int rank, std::uint64_t clause, std::uint64_t
 
 InjectSpec parse_inject(std::string_view text) { return Parser(text).parse(); }
 
-Injector::Injector(const InjectSpec& spec, int rank, int nranks) : rank_(rank) {
+Injector::Injector(const InjectSpec& spec, int rank, int nranks, int incarnation) : rank_(rank) {
   for (std::size_t i = 0; i < spec.clauses.size(); ++i) {
     const InjectClause& c = spec.clauses[i];
     if (c.rank_first >= nranks || c.rank_last >= nranks) {
@@ -208,6 +210,7 @@ Injector::Injector(const InjectSpec& spec, int rank, int nranks) : rank_(rank) {
                          nranks, " ranks (0..", nranks - 1, ")");
     }
     if (!c.applies_to(rank)) continue;
+    if (c.incarnation && *c.incarnation != incarnation) continue;
     delay_ += std::chrono::microseconds(c.delay_us);
     if (c.bw_mbps > 0) {
       const double cap = c.bw_mbps * 1e6;
@@ -221,7 +224,7 @@ Injector::Injector(const InjectSpec& spec, int rank, int nranks) : rank_(rank) {
 
 Injector Injector::from_config(const Config& cfg, int rank, int nranks) {
   if (!cfg.inject) return Injector();
-  return Injector(*cfg.inject, rank, nranks);
+  return Injector(*cfg.inject, rank, nranks, cfg.incarnation);
 }
 
 bool Injector::spike_covers(const Effect& e, std::uint64_t step) const noexcept {

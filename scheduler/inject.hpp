@@ -10,6 +10,8 @@
 //   spike_x=F     compute factor during a spike
 //   spike_len=L   steps a spike lasts (default 1)
 //   from_step=S   slow and spikes apply from step S on (a persistent onset)
+//   incarnation=I the clause applies only to incarnation I of the rank
+//                 (ANTDT_INCARNATION): 0 models a bad node a restart moves off
 //   delay_us=D    transport delay per message, microseconds
 //   bw_mbps=M     cap on the rank's send bandwidth, 10^6 bytes/s (fault transport)
 //   seed=N        seed of this clause's spikes
@@ -41,6 +43,7 @@ struct InjectClause {
   double spike_x = 1;
   std::uint32_t spike_len = 1;
   std::uint64_t from_step = 0;
+  std::optional<int> incarnation;  // unset: every incarnation
   std::uint64_t delay_us = 0;
   double bw_mbps = 0;        // 0: no cap
   std::optional<std::uint64_t> seed;
@@ -62,9 +65,11 @@ InjectSpec parse_inject(std::string_view text);
 class Injector {
  public:
   Injector() = default;  // injects nothing
-  // ConfigError when a clause names a rank outside [0, nranks).
-  Injector(const InjectSpec& spec, int rank, int nranks);
-  // From the process configuration (nothing when ANTDT_INJECT is unset).
+  // ConfigError when a clause names a rank outside [0, nranks). Clauses with
+  // `incarnation=` apply only when it equals `incarnation`.
+  Injector(const InjectSpec& spec, int rank, int nranks, int incarnation = 0);
+  // From the process configuration (nothing when ANTDT_INJECT is unset), for
+  // this process's incarnation (Config::incarnation).
   static Injector from_config(const Config& cfg, int rank, int nranks);
 
   bool active() const noexcept { return !clauses_.empty() || delay_.count() > 0 || send_bytes_per_second_ > 0; }

@@ -253,5 +253,32 @@ TEST(Injector, FromConfig) {
   EXPECT_THROW(Injector::from_config(c, 0, 2), ConfigError);
 }
 
+TEST(Injector, IncarnationLimitsAClauseToOneIncarnation) {
+  // A persistent straggler on a bad node: a restart (incarnation 1) moves the rank off it.
+  const InjectSpec spec = parse_inject("rank=1:slow=4,from_step=30,incarnation=0;rank=1:delay_us=50;rank=*:slow=2,incarnation=1");
+  ASSERT_EQ(spec.clauses.size(), 3u);
+  ASSERT_TRUE(spec.clauses[0].incarnation.has_value());
+  EXPECT_EQ(*spec.clauses[0].incarnation, 0);
+  EXPECT_FALSE(spec.clauses[1].incarnation.has_value());
+  const Injector first(spec, 1, 4, 0);
+  EXPECT_DOUBLE_EQ(first.compute_factor(29), 1.0);
+  EXPECT_DOUBLE_EQ(first.compute_factor(30), 4.0);
+  const Injector restarted(spec, 1, 4, 1);
+  EXPECT_DOUBLE_EQ(restarted.compute_factor(30), 2.0) << "only the incarnation-1 clause applies";
+  EXPECT_EQ(restarted.transport_delay().count(), 50) << "a clause without incarnation= applies to every incarnation";
+  EXPECT_DOUBLE_EQ(Injector(spec, 1, 4, 2).compute_factor(30), 1.0);
+  EXPECT_DOUBLE_EQ(Injector(spec, 1, 4).compute_factor(30), 4.0) << "the default incarnation is 0";
+  // A clause of another incarnation still has its rank checked against the job.
+  EXPECT_THROW(Injector(parse_inject("rank=5:slow=2,incarnation=3"), 0, 4, 0), ConfigError);
+
+  Config c;
+  c.inject = std::make_shared<const InjectSpec>(spec);
+  c.incarnation = 1;
+  EXPECT_DOUBLE_EQ(Injector::from_config(c, 1, 4).compute_factor(30), 2.0) << "from_config uses ANTDT_INCARNATION";
+
+  EXPECT_NE(error_for("rank=1:slow=2,incarnation=-1").find("incarnation='-1' must be an integer"), std::string::npos);
+  EXPECT_NE(error_for("rank=1:slow=2,incarnation=0,incarnation=1").find("given twice"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace antdt::sched
