@@ -1,20 +1,19 @@
 #include "core/bootstrap_wire.hpp"
 
 #include "core/error.hpp"
+#include "core/wire_codec.hpp"
 
 #include <cstring>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 
 namespace antdt::wire {
 namespace {
 
 template <class T>
 void put(std::vector<std::byte>& out, T v) {
-  std::byte raw[sizeof(T)];
-  std::memcpy(raw, &v, sizeof(T));
-  out.insert(out.end(), raw, raw + sizeof(T));
+  ByteWriter w;
+  w.buffer() = std::move(out);
+  w.put(v);
+  out = w.take();
 }
 
 template <class T>
@@ -149,19 +148,12 @@ std::array<std::byte, kMacBytes> prove(std::span<const std::byte> secret, const 
   std::vector<std::byte> msg(c.nonce.begin(), c.nonce.end());
   put(msg, rank);
   put(msg, size);
-  std::array<std::byte, kMacBytes> mac{};
-  unsigned int mac_len = 0;
-  if (!HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
-            reinterpret_cast<const unsigned char*>(msg.data()), msg.size(),
-            reinterpret_cast<unsigned char*>(mac.data()), &mac_len) ||
-      mac_len != kMacBytes)
-    raise<InternalError>("HMAC-SHA256 failed");
-  return mac;
+  return hmac_sha256(secret, msg);
 }
 
 bool verify(std::span<const std::byte> secret, const Challenge& c, const Hello& h) {
   auto expected = prove(secret, c, h.rank, h.size);
-  return CRYPTO_memcmp(expected.data(), h.mac.data(), kMacBytes) == 0;
+  return same_mac(expected, h.mac);
 }
 
 }  // namespace antdt::wire

@@ -2,12 +2,10 @@
 
 #include "core/communicator.hpp"
 #include "core/error.hpp"
+#include "core/wire_codec.hpp"
 
 #include <cmath>
 #include <cstring>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <string_view>
 #include <type_traits>
 
@@ -17,88 +15,34 @@ namespace {
 constexpr std::size_t kPrefixBytes = 8;
 constexpr std::string_view kMacDomain = "antdt-coordinator-v1";
 
-class Writer {
+// The codec is core/wire_codec.hpp; these add the protocol's prefix and limits.
+class Writer : public wire::ByteWriter {
  public:
   explicit Writer(Kind kind) {
     put(kMagic);
     put(kVersion);
     put(static_cast<std::uint16_t>(kind));
   }
-  template <class T>
-  void put(T v) {
-    static_assert(std::is_trivially_copyable_v<T>);
-    std::byte raw[sizeof(T)];
-    std::memcpy(raw, &v, sizeof(T));
-    out_.insert(out_.end(), raw, raw + sizeof(T));
-  }
-  void bytes(std::span<const std::byte> b) { out_.insert(out_.end(), b.begin(), b.end()); }
-  void text(const std::string& s) {
-    const std::string cut = s.substr(0, kMaxTextBytes);
-    put(static_cast<std::uint32_t>(cut.size()));
-    bytes(std::as_bytes(std::span(cut)));
-  }
-  Bytes take() { return std::move(out_); }
-
- private:
-  Bytes out_;
+  void text(const std::string& s) { ByteWriter::text(s, kMaxTextBytes); }
 };
 
-class Reader {
+class Reader : public wire::ByteReader {
  public:
-  Reader(std::span<const std::byte> in, Kind expected, const char* what) : in_(in), what_(what) {
+  Reader(std::span<const std::byte> in, Kind expected, const char* what) : ByteReader(in, cat("coordinator ", what)) {
     const Kind kind = peek_kind(in);
-    if (kind != expected)
-      raise<BootstrapError>("malformed coordinator ", what_, ": message kind ", static_cast<int>(kind), ", expected ",
-                            static_cast<int>(expected));
-    pos_ = kPrefixBytes;
-  }
-  template <class T>
-  T get() {
-    need(sizeof(T));
-    T v;
-    std::memcpy(&v, in_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return v;
-  }
-  bool flag() {
-    const auto v = get<std::uint8_t>();
-    if (v > 1) raise<BootstrapError>("malformed coordinator ", what_, ": flag byte ", int{v});
-    return v == 1;
+    if (kind != expected) fail("message kind ", static_cast<int>(kind), ", expected ", static_cast<int>(expected));
+    skip(kPrefixBytes);
   }
   double real() {
     const auto v = get<double>();
-    if (!std::isfinite(v) || v < 0) raise<BootstrapError>("malformed coordinator ", what_, ": time ", v, " is not a finite non-negative number");
+    if (!std::isfinite(v) || v < 0) fail("time ", v, " is not a finite non-negative number");
     return v;
   }
   template <std::size_t N>
   void bytes(std::array<std::byte, N>& out) {
-    need(N);
-    std::memcpy(out.data(), in_.data() + pos_, N);
-    pos_ += N;
+    ByteReader::bytes(std::span(out));
   }
-  std::string text() {
-    const auto len = get<std::uint32_t>();
-    if (len > kMaxTextBytes)
-      raise<BootstrapError>("malformed coordinator ", what_, ": text of ", len, " bytes exceeds ", kMaxTextBytes);
-    need(len);
-    std::string s(reinterpret_cast<const char*>(in_.data() + pos_), len);
-    pos_ += len;
-    return s;
-  }
-  std::size_t left() const noexcept { return in_.size() - pos_; }
-  void done() const {
-    if (pos_ != in_.size())
-      raise<BootstrapError>("malformed coordinator ", what_, ": ", in_.size() - pos_, " unexpected trailing bytes");
-  }
-
- private:
-  void need(std::size_t n) const {
-    if (in_.size() - pos_ < n)
-      raise<BootstrapError>("malformed coordinator ", what_, ": truncated (", in_.size(), " bytes)");
-  }
-  std::span<const std::byte> in_;
-  const char* what_;
-  std::size_t pos_ = 0;
+  std::string text() { return ByteReader::text(kMaxTextBytes); }
 };
 
 Fate fate_from(std::uint8_t v, const char* what) {
@@ -447,19 +391,12 @@ std::array<std::byte, kMacBytes> prove(std::span<const std::byte> secret, const 
     std::memcpy(raw, &v, 4);
     msg.insert(msg.end(), raw, raw + 4);
   }
-  std::array<std::byte, kMacBytes> mac{};
-  unsigned int mac_len = 0;
-  if (!HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
-            reinterpret_cast<const unsigned char*>(msg.data()), msg.size(),
-            reinterpret_cast<unsigned char*>(mac.data()), &mac_len) ||
-      mac_len != kMacBytes)
-    raise<InternalError>("HMAC-SHA256 failed");
-  return mac;
+  return wire::hmac_sha256(secret, msg);
 }
 
 bool verify(std::span<const std::byte> secret, const Challenge& challenge, const Hello& hello) {
   const auto expected = prove(secret, challenge, hello.rank, hello.world_size, hello.incarnation);
-  return CRYPTO_memcmp(expected.data(), hello.mac.data(), kMacBytes) == 0;
+  return wire::same_mac(expected, hello.mac);
 }
 
 }  // namespace antdt::coord

@@ -1,6 +1,7 @@
 #include "scheduler/partial_protocol.hpp"
 
 #include "core/error.hpp"
+#include "core/wire_codec.hpp"
 
 #include <cstring>
 
@@ -12,63 +13,29 @@ constexpr std::uint16_t kVersion = 1;
 enum class Kind : std::uint16_t { arrival = 1, finish = 2, decision = 3, failure = 4 };
 constexpr std::size_t kMaxReason = 4096;
 
-class Writer {
+// The codec is core/wire_codec.hpp; these add the protocol's prefix and names.
+class Writer : public wire::ByteWriter {
  public:
   explicit Writer(Kind kind) {
     put(kMagic);
     put(kVersion);
     put(static_cast<std::uint16_t>(kind));
   }
-  template <class T>
-  void put(T v) {
-    std::byte raw[sizeof(T)];
-    std::memcpy(raw, &v, sizeof(T));
-    out_.insert(out_.end(), raw, raw + sizeof(T));
-  }
-  void put_string(const std::string& s) {
-    put(static_cast<std::uint32_t>(s.size()));
-    const auto* p = reinterpret_cast<const std::byte*>(s.data());
-    out_.insert(out_.end(), p, p + s.size());
-  }
-  Bytes take() { return std::move(out_); }
-
- private:
-  Bytes out_;
+  void put_string(const std::string& s) { text(s, kMaxReason); }
 };
 
-class Reader {
+class Reader : public wire::ByteReader {
  public:
-  explicit Reader(std::span<const std::byte> in) : in_(in) {}
-  template <class T>
-  T get() {
-    if (in_.size() - pos_ < sizeof(T)) raise<BootstrapError>("malformed partial-collective message: truncated");
-    T v;
-    std::memcpy(&v, in_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return v;
-  }
-  std::string get_string() {
-    auto len = get<std::uint32_t>();
-    if (len > kMaxReason || in_.size() - pos_ < len)
-      raise<BootstrapError>("malformed partial-collective message: bad string length ", len);
-    std::string s(reinterpret_cast<const char*>(in_.data() + pos_), len);
-    pos_ += len;
-    return s;
-  }
+  explicit Reader(std::span<const std::byte> in) : ByteReader(in, "partial-collective message") {}
+  std::string get_string() { return text(kMaxReason); }
   Kind header() {
-    if (get<std::uint32_t>() != kMagic) raise<BootstrapError>("malformed partial-collective message: bad magic");
+    if (get<std::uint32_t>() != kMagic) fail("bad magic");
     auto version = get<std::uint16_t>();
     if (version != kVersion)
       raise<BootstrapError>("partial-collective message version ", version, ", expected ", kVersion);
     return static_cast<Kind>(get<std::uint16_t>());
   }
-  void end() {
-    if (pos_ != in_.size()) raise<BootstrapError>("malformed partial-collective message: ", in_.size() - pos_, " trailing bytes");
-  }
-
- private:
-  std::span<const std::byte> in_;
-  std::size_t pos_ = 0;
+  void end() { done(); }
 };
 
 std::int32_t checked_rank(std::int32_t r, int ranks, bool allow_none = false) {
