@@ -297,16 +297,16 @@ class Trainer {
 
     t = Clock::now();
     Fate fate = Fate::included;
+    // The weighted average as Σ b_i g_i and Σ b_i in one sum (their ratio):
+    // the last element counts the samples in the result on every rank, also
+    // for results a late rank fetched (PartialResult::total_weight is not
+    // filled in for those).
+    const float weight = static_cast<float>(n);
+    for (std::size_t i = 0; i < count_; ++i) send_[i] = weight * gradient_[i];
+    send_[count_] = weight;
     if (plan.late == LatePolicy::wait) {
-      // Σ b_i g_i and Σ b_i in one sum; the weighted average is their ratio.
-      const float weight = static_cast<float>(n);
-      for (std::size_t i = 0; i < count_; ++i) send_[i] = weight * gradient_[i];
-      send_[count_] = weight;
       comm.allreduce(send_.data(), result_.data(), count_ + 1, DataType::f32, ReduceOp::sum);
-      const double total = result_[count_];
-      if (total > 0)
-        for (std::size_t i = 0; i < count_; ++i) result_[i] = static_cast<float>(result_[i] / total);
-      apply(total);
+      apply();
       done_through_ = plan.step;
     } else {
       if (!run_open_) {
@@ -318,7 +318,11 @@ class Trainer {
       antdt::PartialOptions o;
       o.policy = plan.late;
       o.staleness = plan.staleness;
-      o.weight = static_cast<double>(n);
+      // An empty batch still arrives as a contribution (of zeros, weight 1):
+      // the arbiter closes a step only with an on-time contribution of
+      // weight > 0, so a step in which no rank had samples (the epoch's tail
+      // on a late rank's open lease) would otherwise never close.
+      o.weight = n > 0 ? static_cast<double>(n) : 1.0;
       o.samples = n;
       const antdt::PartialResult r = partial_call(o);
       fate = n == 0 ? Fate::none : r.fate;
@@ -342,7 +346,7 @@ class Trainer {
   // One partial_allreduce of the open run; its result is applied in order.
   antdt::PartialResult partial_call(const antdt::PartialOptions& o) {
     const antdt::PartialResult r =
-        comm_->partial_allreduce(gradient_.data(), result_.data(), count_, DataType::f32, ReduceOp::avg, o);
+        comm_->partial_allreduce(send_.data(), result_.data(), count_ + 1, DataType::f32, ReduceOp::sum, o);
     if (r.step == 0) {
       // The others ended the run before this call and this rank held every
       // result: it called for a step no plan of theirs ran, which the
@@ -350,7 +354,7 @@ class Trainer {
       antdt::raise<antdt::InternalError>("rank ", agent_.rank(), ": partial_allreduce for step ", done_through_ + 1,
                                          " found the run ended by the other ranks");
     }
-    apply(r.total_weight);
+    apply();
     ++done_through_;
     return r;
   }
@@ -373,7 +377,11 @@ class Trainer {
     counts_.comm_s += seconds_since(t);
   }
 
-  void apply(double samples) {
+  // Applies the result in result_: Σ b_i g_i (count_ elements), then Σ b_i.
+  void apply() {
+    const double samples = result_[count_];
+    if (samples > 0)
+      for (std::size_t i = 0; i < count_; ++i) result_[i] = static_cast<float>(result_[i] / samples);
     model_[0] += samples;
     model_[1] += static_cast<double>(result_[0]) + static_cast<double>(result_[count_ - 1]);
   }
