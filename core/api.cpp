@@ -313,17 +313,6 @@ antdt::Communicator& unwrap(antdtComm_t comm) {
   return comm->comm;
 }
 
-antdt::DataType to_dtype(antdtDataType_t t) {
-  auto d = static_cast<antdt::DataType>(t);
-  antdt::check_dtype(d);
-  return d;
-}
-
-antdt::ReduceOp to_op(antdtReduceOp_t o) {
-  auto op = static_cast<antdt::ReduceOp>(o);
-  antdt::check_op(op);
-  return op;
-}
 
 template <class Make>
 antdtStatus_t make_handle(antdtComm_t* out, Make&& make) {
@@ -343,9 +332,22 @@ antdtStatus_t c_api_call(void (*body)(void*), void* context) noexcept {
   return guarded([&] { body(context); });
 }
 Communicator& c_api_comm(antdtComm_t comm) { return unwrap(comm); }
+DataType c_api_dtype(antdtDataType_t t) {
+  auto d = static_cast<DataType>(t);
+  check_dtype(d);
+  return d;
+}
+ReduceOp c_api_op(antdtReduceOp_t o) {
+  auto op = static_cast<ReduceOp>(o);
+  check_op(op);
+  return op;
+}
 }  // namespace antdt::detail
 
 namespace {
+
+using antdt::detail::c_api_dtype;
+using antdt::detail::c_api_op;
 
 // The versioned C struct from the C++ result (a null `out` is allowed).
 void to_c(const antdt::PartialResult& r, antdtPartialResult* out) {
@@ -423,12 +425,12 @@ antdtStatus_t antdtCommSize(antdtComm_t comm, int* size) {
 
 antdtStatus_t antdtAllReduce(const void* sendbuf, void* recvbuf, size_t count, antdtDataType_t dtype,
                              antdtReduceOp_t op, antdtComm_t comm) {
-  return guarded([&] { unwrap(comm).allreduce(sendbuf, recvbuf, count, to_dtype(dtype), to_op(op)); });
+  return guarded([&] { unwrap(comm).allreduce(sendbuf, recvbuf, count, c_api_dtype(dtype), c_api_op(op)); });
 }
 
 antdtStatus_t antdtBroadcast(const void* sendbuf, void* recvbuf, size_t count, antdtDataType_t dtype, int root,
                              antdtComm_t comm) {
-  return guarded([&] { unwrap(comm).broadcast(sendbuf, recvbuf, count, to_dtype(dtype), root); });
+  return guarded([&] { unwrap(comm).broadcast(sendbuf, recvbuf, count, c_api_dtype(dtype), root); });
 }
 
 antdtStatus_t antdtBarrier(antdtComm_t comm) {
@@ -457,7 +459,7 @@ antdtStatus_t antdtPartialAllReduce(const void* sendbuf, void* recvbuf, size_t c
     ANTDT_CHECK_ARG(opts->struct_size >= sizeof(antdtPartialOptions), "antdtPartialOptions.struct_size is ",
                     opts->struct_size, ", expected at least ", sizeof(antdtPartialOptions));
     antdt::PartialOptions o{static_cast<antdt::LatePolicy>(opts->policy), opts->weight, opts->staleness, opts->samples};
-    to_c(unwrap(comm).partial_allreduce(sendbuf, recvbuf, count, to_dtype(dtype), to_op(op), o), result);
+    to_c(unwrap(comm).partial_allreduce(sendbuf, recvbuf, count, c_api_dtype(dtype), c_api_op(op), o), result);
   });
 }
 

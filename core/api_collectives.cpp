@@ -120,19 +120,10 @@ Request Communicator::irecv(void* buf, std::size_t count, DataType dtype, int pe
 namespace {
 
 using antdt::detail::c_api_comm;
+using antdt::detail::c_api_dtype;
+using antdt::detail::c_api_op;
 using antdt::detail::c_api_guarded;
 
-antdt::DataType to_dtype(antdtDataType_t t) {
-  auto d = static_cast<antdt::DataType>(t);
-  antdt::check_dtype(d);
-  return d;
-}
-
-antdt::ReduceOp to_op(antdtReduceOp_t o) {
-  auto op = static_cast<antdt::ReduceOp>(o);
-  antdt::check_op(op);
-  return op;
-}
 
 }  // namespace
 
@@ -140,12 +131,12 @@ extern "C" {
 
 antdtStatus_t antdtReduceScatter(const void* sendbuf, void* recvbuf, size_t recvcount, antdtDataType_t dtype,
                                  antdtReduceOp_t op, antdtComm_t comm) {
-  return c_api_guarded([&] { c_api_comm(comm).reduce_scatter(sendbuf, recvbuf, recvcount, to_dtype(dtype), to_op(op)); });
+  return c_api_guarded([&] { c_api_comm(comm).reduce_scatter(sendbuf, recvbuf, recvcount, c_api_dtype(dtype), c_api_op(op)); });
 }
 
 antdtStatus_t antdtAllGather(const void* sendbuf, void* recvbuf, size_t sendcount, antdtDataType_t dtype,
                              antdtComm_t comm) {
-  return c_api_guarded([&] { c_api_comm(comm).allgather(sendbuf, recvbuf, sendcount, to_dtype(dtype)); });
+  return c_api_guarded([&] { c_api_comm(comm).allgather(sendbuf, recvbuf, sendcount, c_api_dtype(dtype)); });
 }
 
 antdtStatus_t antdtAllGatherV(const void* sendbuf, void* recvbuf, const size_t* recvcounts, const size_t* displs,
@@ -155,26 +146,26 @@ antdtStatus_t antdtAllGatherV(const void* sendbuf, void* recvbuf, const size_t* 
     ANTDT_CHECK_ARG(recvcounts != nullptr, "antdtAllGatherV: recvcounts is null");
     const auto n = static_cast<std::size_t>(c.size());
     c.allgatherv(sendbuf, recvbuf, std::span(recvcounts, n),
-                 displs != nullptr ? std::span(displs, n) : std::span<const std::size_t>(), to_dtype(dtype));
+                 displs != nullptr ? std::span(displs, n) : std::span<const std::size_t>(), c_api_dtype(dtype));
   });
 }
 
 antdtStatus_t antdtReduce(const void* sendbuf, void* recvbuf, size_t count, antdtDataType_t dtype,
                           antdtReduceOp_t op, int root, antdtComm_t comm) {
-  return c_api_guarded([&] { c_api_comm(comm).reduce(sendbuf, recvbuf, count, to_dtype(dtype), to_op(op), root); });
+  return c_api_guarded([&] { c_api_comm(comm).reduce(sendbuf, recvbuf, count, c_api_dtype(dtype), c_api_op(op), root); });
 }
 
 antdtStatus_t antdtAlltoAll(const void* sendbuf, void* recvbuf, size_t count, antdtDataType_t dtype,
                             antdtComm_t comm) {
-  return c_api_guarded([&] { c_api_comm(comm).alltoall(sendbuf, recvbuf, count, to_dtype(dtype)); });
+  return c_api_guarded([&] { c_api_comm(comm).alltoall(sendbuf, recvbuf, count, c_api_dtype(dtype)); });
 }
 
 antdtStatus_t antdtSend(const void* sendbuf, size_t count, antdtDataType_t dtype, int peer, antdtComm_t comm) {
-  return c_api_guarded([&] { c_api_comm(comm).send(sendbuf, count, to_dtype(dtype), peer); });
+  return c_api_guarded([&] { c_api_comm(comm).send(sendbuf, count, c_api_dtype(dtype), peer); });
 }
 
 antdtStatus_t antdtRecv(void* recvbuf, size_t count, antdtDataType_t dtype, int peer, antdtComm_t comm) {
-  return c_api_guarded([&] { c_api_comm(comm).recv(recvbuf, count, to_dtype(dtype), peer); });
+  return c_api_guarded([&] { c_api_comm(comm).recv(recvbuf, count, c_api_dtype(dtype), peer); });
 }
 
 antdtStatus_t antdtGroupStart(antdtComm_t comm) {
@@ -188,29 +179,29 @@ antdtStatus_t antdtGroupEnd(antdtComm_t comm) {
 antdtStatus_t antdtAllReduceStream(const void* sendbuf, void* recvbuf, size_t count, antdtDataType_t dtype,
                                    antdtReduceOp_t op, antdtComm_t comm, void* stream) {
   return c_api_guarded(
-      [&] { c_api_comm(comm).allreduce(sendbuf, recvbuf, count, to_dtype(dtype), to_op(op), stream); });
+      [&] { c_api_comm(comm).allreduce(sendbuf, recvbuf, count, c_api_dtype(dtype), c_api_op(op), stream); });
 }
 
 antdtStatus_t antdtBroadcastStream(const void* sendbuf, void* recvbuf, size_t count, antdtDataType_t dtype, int root,
                                    antdtComm_t comm, void* stream) {
-  return c_api_guarded([&] { c_api_comm(comm).broadcast(sendbuf, recvbuf, count, to_dtype(dtype), root, stream); });
+  return c_api_guarded([&] { c_api_comm(comm).broadcast(sendbuf, recvbuf, count, c_api_dtype(dtype), root, stream); });
 }
 
 antdtStatus_t antdtReduceStream(const void* sendbuf, void* recvbuf, size_t count, antdtDataType_t dtype,
                                 antdtReduceOp_t op, int root, antdtComm_t comm, void* stream) {
   return c_api_guarded(
-      [&] { c_api_comm(comm).reduce(sendbuf, recvbuf, count, to_dtype(dtype), to_op(op), root, stream); });
+      [&] { c_api_comm(comm).reduce(sendbuf, recvbuf, count, c_api_dtype(dtype), c_api_op(op), root, stream); });
 }
 
 antdtStatus_t antdtReduceScatterStream(const void* sendbuf, void* recvbuf, size_t recvcount, antdtDataType_t dtype,
                                        antdtReduceOp_t op, antdtComm_t comm, void* stream) {
   return c_api_guarded(
-      [&] { c_api_comm(comm).reduce_scatter(sendbuf, recvbuf, recvcount, to_dtype(dtype), to_op(op), stream); });
+      [&] { c_api_comm(comm).reduce_scatter(sendbuf, recvbuf, recvcount, c_api_dtype(dtype), c_api_op(op), stream); });
 }
 
 antdtStatus_t antdtAllGatherStream(const void* sendbuf, void* recvbuf, size_t sendcount, antdtDataType_t dtype,
                                    antdtComm_t comm, void* stream) {
-  return c_api_guarded([&] { c_api_comm(comm).allgather(sendbuf, recvbuf, sendcount, to_dtype(dtype), stream); });
+  return c_api_guarded([&] { c_api_comm(comm).allgather(sendbuf, recvbuf, sendcount, c_api_dtype(dtype), stream); });
 }
 
 }  // extern "C"

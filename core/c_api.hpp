@@ -19,6 +19,9 @@ namespace antdt::detail {
 antdtStatus_t c_api_call(void (*body)(void*), void* context) noexcept;
 // The communicator behind a handle (InvalidArgument when null).
 Communicator& c_api_comm(antdtComm_t comm);
+// A C dtype / op code checked (InvalidArgument naming the bad value).
+DataType c_api_dtype(antdtDataType_t t);
+ReduceOp c_api_op(antdtReduceOp_t o);
 
 // Runs `body` (any callable) under c_api_call, without allocating.
 template <class Body>
