@@ -611,16 +611,16 @@ void PushPull::push(std::uint64_t key, const void* data, double weight) {
   const std::size_t ki = state_->layout().key_index(key);
   state_->check_push(ki, data, weight);
   state_->comm().check_usable();
-  auto* st = state_.get();
-  run_or_record(st->comm(), [st, ki, data, weight] { st->push(ki, static_cast<const std::byte*>(data), weight); });
+  // A call recorded in a group keeps the state alive until group_end() runs it.
+  run_or_record(state_->comm(),
+                [st = state_, ki, data, weight] { st->push(ki, static_cast<const std::byte*>(data), weight); });
 }
 
 void PushPull::pull(std::uint64_t key, void* out, ReduceOp op) {
   const std::size_t ki = state_->layout().key_index(key);
   state_->check_pull(ki, out, op);
   state_->comm().check_usable();
-  auto* st = state_.get();
-  run_or_record(st->comm(), [st, ki, out, op] { st->pull(ki, static_cast<std::byte*>(out), op); });
+  run_or_record(state_->comm(), [st = state_, ki, out, op] { st->pull(ki, static_cast<std::byte*>(out), op); });
 }
 
 Request PushPull::ipush(std::uint64_t key, const void* data, double weight) {

@@ -341,6 +341,38 @@ TEST(PushPull, NonBlockingAndRoundBoundaries) {
   expect_all_ok(outcomes);
 }
 
+// Inside a group, push and pull record themselves and run at group_end(), in
+// order with the group's other collectives, even when the PushPull is gone by
+// then. A PushPull cannot be created inside a group (its table check is a collective).
+TEST(PushPull, GroupedCallsRunAtGroupEnd) {
+  const int n = 3;
+  auto outcomes = run_ranks(n, TransportKind::inproc, [&](Communicator& comm) {
+    const std::vector<PushPullKey> keys = {{6, 5000, DataType::f32}};
+    std::vector<float> data(5000, comm.rank() + 1.0f), out(5000, -1.0f), sum(1, 0.0f), one(1, 1.0f);
+    comm.group_start();
+    bool refused = false;
+    try {
+      PushPull inside(comm, keys);
+    } catch (const InvalidArgument&) {
+      refused = true;
+    }
+    comm.group_end();
+    if (!refused) throw std::runtime_error("a PushPull was created inside a group");
+    {
+      PushPull pp(comm, keys, PushPullOptions{{}, 8192});
+      comm.group_start();
+      pp.push(6, data.data(), 0.5);
+      pp.pull(6, out.data(), ReduceOp::sum);
+      comm.allreduce(one.data(), sum.data(), 1, DataType::f32, ReduceOp::sum);
+      if (out[0] != -1.0f) throw std::runtime_error("a grouped pull ran before group_end");
+    }
+    comm.group_end();
+    if (out[0] != 3.0f || out[4999] != 3.0f || sum[0] != 3.0f)
+      throw std::runtime_error(cat("after group_end: ", out[0], " ", out[4999], " ", sum[0]));
+  });
+  expect_all_ok(outcomes);
+}
+
 // A rank whose key table differs makes every rank fail with MismatchError.
 TEST(PushPull, DifferentKeyTablesFailEveryRankWithMismatch) {
   const int n = 3;
