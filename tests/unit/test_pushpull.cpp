@@ -393,6 +393,39 @@ TEST(PushPull, DifferentKeyTablesFailEveryRankWithMismatch) {
   }
 }
 
+// Ranks that call different keys (or push where others pull) fail, never hang:
+// MismatchError where their messages meet, else TimeoutError within ANTDT_TIMEOUT_MS.
+TEST(PushPull, DifferentCallsFailEveryRankInsteadOfHanging) {
+  const int n = 3;
+  Config cfg = test_config();
+  cfg.timeout = std::chrono::milliseconds(2000);
+  for (int variant = 0; variant < 2; ++variant) {
+    auto outcomes = run_ranks(n, TransportKind::inproc, [&](Communicator& comm) {
+      const std::vector<PushPullKey> keys = {{1, 3000, DataType::f32}, {2, 3000, DataType::f32}};
+      PushPull pp(comm, keys, PushPullOptions{{}, 4096});
+      std::vector<float> data(3000, 1.0f), out(3000);
+      if (comm.rank() == 1 && variant == 0)
+        pp.push(2, data.data());
+      else if (comm.rank() == 1)
+        pp.pull(1, out.data());
+      else
+        pp.push(1, data.data());
+      pp.pull(1, out.data());
+    }, cfg);
+    for (int r = 0; r < n; ++r)
+      EXPECT_TRUE(failed_with<MismatchError>(outcomes, r) || failed_with<TimeoutError>(outcomes, r) ||
+                  failed_with<RemoteAbortError>(outcomes, r))
+          << "variant " << variant << " rank " << r << ": " << failure_of(outcomes, r);
+    // Different keys on one tag: the headers meet and disagree. (A pull where
+    // the others push travels on another tag: no message meets, so it times out.)
+    if (variant == 0) {
+      EXPECT_TRUE(failed_with<MismatchError>(outcomes, 0) || failed_with<MismatchError>(outcomes, 1) ||
+                  failed_with<MismatchError>(outcomes, 2))
+          << "no rank saw the mismatch (" << failure_of(outcomes, 0) << ")";
+    }
+  }
+}
+
 TEST(PushPull, BadArgumentsAreRefusedBeforeAnyMessage) {
   auto outcomes = run_ranks(2, TransportKind::inproc, [&](Communicator& comm) {
     const std::vector<PushPullKey> keys = {{1, 4, DataType::i32}, {2, 4, DataType::f32}};
