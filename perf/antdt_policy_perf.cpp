@@ -451,9 +451,11 @@ int main(int argc, char** argv) {
     if (rank_hint() == 0) std::fprintf(stderr, "%s: %s\n", kToolName, e.what());
     return 2;
   }
-  // A rank k times slower falls about k steps behind under drop/defer: keep
-  // enough results (unless the user chose, before the configuration is read).
-  ::setenv("ANTDT_RESULT_CACHE", "16", /*overwrite=*/0);
+  // A rank k times slower falls about k steps behind under drop/defer, and
+  // far more at the epoch's end, where ranks without data run empty steps in
+  // a few ms each while it computes: keep enough results (64 x the gradient
+  // per rank) unless the user chose, before the configuration is read.
+  ::setenv("ANTDT_RESULT_CACHE", "64", /*overwrite=*/0);
   try {
     antdt::AgentOptions agent_options;
     agent_options.dataset_size = opts.steps * opts.global_batch;
