@@ -192,6 +192,7 @@ void Coordinator::report(int rank, const Report& r) {
   std::lock_guard lock(mu_);
   Member& m = member(rank);
   if (r.fate == Fate::dropped) ++stats_.dropped_reports;
+  m.dropped_last = r.fate == Fate::dropped;
   if (r.step >= next_close_) {
     sched::StepRecord rec;
     rec.rank = rank;
@@ -273,11 +274,18 @@ bool Coordinator::commit(int rank, std::uint64_t lease) {
 
 bool Coordinator::give_back(int rank, std::uint64_t lease) {
   std::lock_guard lock(mu_);
-  member(rank);
+  Member& m = member(rank);
   auto it = lease_owner_.find(lease);
   if (!dds_ || it == lease_owner_.end() || it->second != rank) return false;
   lease_owner_.erase(it);
-  return dds_->give_back(lease);
+  if (!dds_->give_back(lease)) return false;
+  // The rank's contribution was dropped (too late). give_back rewinds its
+  // shard so that it would compute the same samples again, and a rank the
+  // arbiter no longer waits for would be dropped again at every step: the
+  // epoch could never end. Cut its shard there instead, so the samples (and
+  // the rest of the shard) go to the front of the queue for any rank.
+  if (m.dropped_last) dds_->resplit(rank);
+  return true;
 }
 
 void Coordinator::request_restart(int rank) {

@@ -131,6 +131,7 @@ class Coordinator {
     bool unordered_restart = false; // came back with a new incarnation nobody ordered
     std::uint32_t incarnation = 0;
     std::uint64_t last_reported = 0;
+    bool dropped_last = false;      // its latest report: the step's contribution was dropped
     std::optional<std::uint64_t> restart_at;  // ordered, for the first step >= this one not yet frozen
   };
   struct Frozen {
