@@ -33,3 +33,18 @@ foreach(policy bsp antdt-dd antdt-nd)
     # The exit code carries --check's verdict; an error message fails it too.
     FAIL_REGULAR_EXPRESSION "error:|inconsistent")
 endforeach()
+# antdt-nd with a straggler that stays slow after its restart: the arbiter stops
+# waiting for it and drops every contribution; the job must still consume the
+# dataset (the coordinator hands dropped samples to other ranks).
+add_test(NAME perf.policy.antdt-nd.still_slow
+         COMMAND ${CMAKE_COMMAND} -E env ANTDT_POLICY=antdt-nd
+                 "ANTDT_POLICY_CONFIG=${ANTDT_POLICY_SMOKE_CONFIG_antdt-nd}" "ANTDT_INJECT=rank=2:slow=3"
+                 $<TARGET_FILE:antdt-run> -n 3 --restarts 2 --
+                 $<TARGET_FILE:antdt_policy_perf> --steps 40 --global-batch 48 --sample-ms 0.1 --bytes 64K --check)
+set_tests_properties(perf.policy.antdt-nd.still_slow PROPERTIES
+  TIMEOUT 120
+  LABELS perf
+  PROCESSORS 3
+  RESOURCE_LOCK antdt_multiprocess
+  ENVIRONMENT "UCX_WARN_UNUSED_ENV_VARS=n;ANTDT_TIMEOUT_MS=30000"
+  FAIL_REGULAR_EXPRESSION "error:|inconsistent")

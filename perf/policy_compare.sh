@@ -91,7 +91,7 @@ for ((i = 1; i <= launches; ++i)); do
   done
 done
 
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{v[NR] = $1} END {if (NR % 2) print v[(NR + 1) / 2]; else printf "%.4f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{v[NR] = $1} END {if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 echo "#"
 echo "# medians over $launches launches (load average after: $(cut -d' ' -f1-3 /proc/loadavg))"
 printf "# %-10s %8s %10s %10s %8s %8s\n" policy "wall s" samples/s efficiency restarts "vs bsp"
