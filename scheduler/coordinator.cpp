@@ -13,6 +13,7 @@
 #include <sys/eventfd.h>
 #include <thread>
 #include <unistd.h>
+#include <utility>
 
 namespace antdt::coord {
 
@@ -251,10 +252,15 @@ void Coordinator::schedule_restart_locked(int rank, std::uint64_t step, const ch
 
 BatchReply Coordinator::fetch(int rank, std::uint64_t max_samples) {
   std::lock_guard lock(mu_);
-  member(rank);
+  Member& m = member(rank);
   if (!dds_) raise<InvalidArgument>("coordinator: fetch, but this job has no dataset (dataset size 0)");
-  sched::Batch b = dds_->fetch(rank, max_samples);
   BatchReply out;
+  if (std::exchange(m.sit_out_fetch, false)) {
+    out.status = static_cast<std::uint8_t>(sched::FetchStatus::wait);
+    out.epoch = dds_->epoch();
+    return out;
+  }
+  sched::Batch b = dds_->fetch(rank, max_samples);
   out.status = static_cast<std::uint8_t>(b.status);
   out.lease = b.lease;
   out.epoch = b.epoch;
@@ -283,8 +289,12 @@ bool Coordinator::give_back(int rank, std::uint64_t lease) {
   // shard so that it would compute the same samples again, and a rank the
   // arbiter no longer waits for would be dropped again at every step: the
   // epoch could never end. Cut its shard there instead, so the samples (and
-  // the rest of the shard) go to the front of the queue for any rank.
-  if (m.dropped_last) dds_->resplit(rank);
+  // the rest of the shard) go to the front of the queue, and give this rank
+  // nothing at its next fetch, so that another rank takes them.
+  if (m.dropped_last) {
+    dds_->resplit(rank);
+    m.sit_out_fetch = true;
+  }
   return true;
 }
 

@@ -132,6 +132,7 @@ class Coordinator {
     std::uint32_t incarnation = 0;
     std::uint64_t last_reported = 0;
     bool dropped_last = false;      // its latest report: the step's contribution was dropped
+    bool sit_out_fetch = false;     // its next fetch gets nothing (it gave back a dropped batch)
     std::optional<std::uint64_t> restart_at;  // ordered, for the first step >= this one not yet frozen
   };
   struct Frozen {
