@@ -292,6 +292,14 @@ class Trainer {
     const double compute_s = seconds_since(compute_start);
     counts_.compute_s += compute_s;
     counts_.overshoot_s += std::max(0.0, compute_s - planned);
+    if (n == 0 && !batch.finished) {
+      // No data now (the epoch's rest is leased to other ranks): a data
+      // loader would wait for it; wait as long as a healthy step computes
+      // rather than spin through empty steps, which would leave a slow rank
+      // more steps behind than the result cache holds.
+      std::this_thread::sleep_for(
+          std::chrono::duration<double>(static_cast<double>(plan.local_batch) * opts_.sample_ms / 1e3));
+    }
     // The gradient of this step: it changes a little with the step.
     gradient_[plan.step % count_] = static_cast<float>(plan.step % 1024) * 0.25f;
 
