@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 namespace antdt::coll {
 namespace {
@@ -61,10 +62,14 @@ class ResultCache {
   std::vector<std::uint64_t> step_;
 };
 
+// What a result's caller is told besides the data. It travels with every
+// catch-up push, so a late rank reports the right figures for the steps it
+// fetched (it saw none of their decisions).
 struct StepInfo {
-  int participants = 0;
+  std::int32_t participants = 0;
   double total_weight = 0;
 };
+static_assert(std::is_trivially_copyable_v<StepInfo>);
 
 class PartialState final : public detail::CollectiveState {
  public:
@@ -168,12 +173,22 @@ void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision
   };
   // This step's result is pushed only to late ranks that did not compute it in the ring.
   auto last_pushed = [&](const partial::CatchUp& c) { return finishing || contributes_rank(c.rank) ? d.step - 1 : d.step; };
+  auto info_of = [&](std::uint64_t step) -> StepInfo& { return st.info[step % st.info.size()]; };
+  if (!finishing) {
+    StepInfo& info = info_of(d.step);
+    info.participants = static_cast<std::int32_t>(d.contributors.size());
+    info.total_weight = 0;
+    for (const auto& c : d.contributors) info.total_weight += c.weight;
+  }
   // 1. Late ranks post their receives first: the server's sends then always find them.
   std::size_t index = 0;
   for (const auto& c : d.catchups) {
     if (c.rank != me) continue;
     const std::uint64_t last = finishing ? d.step : last_pushed(c);
-    for (std::uint64_t s = c.from_step; s <= last; ++s) push.recv(index++, d.server, st.cache.claim(s));
+    for (std::uint64_t s = c.from_step; s <= last; ++s) {
+      push.recv(index++, d.server, st.cache.claim(s));
+      push.recv(index++, d.server, std::as_writable_bytes(std::span(&info_of(s), 1)));
+    }
   }
   // 2. The ring among contributors, in rank order.
   if (contributes && !finishing) {
@@ -225,6 +240,7 @@ void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision
         if (!st.cache.has(s))
           raise<InternalError>("partial collectives: rank ", me, " serves step ", s, " but no longer holds it");
         push.send(index_out++, c.rank, st.cache.get(s));
+        push.send(index_out++, c.rank, std::as_bytes(std::span(&info_of(s), 1)));
       }
     }
   }
@@ -351,10 +367,6 @@ PartialResult partial_step(detail::CommImpl& comm, const void* send, void* recv,
     auto slot = st.cache.claim(d.step);
     if (bytes > 0 && slot.data() != out) std::memcpy(slot.data(), out, bytes);
   }
-  auto& info = st.info[d.step % st.info.size()];
-  info.participants = static_cast<int>(d.contributors.size());
-  info.total_weight = 0;
-  for (const auto& c : d.contributors) info.total_weight += c.weight;
   st.latest = std::max(st.latest, d.step);
 
   if (opts.weight == 0)

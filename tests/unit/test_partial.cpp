@@ -70,6 +70,7 @@ struct LoopOutcome {
   Steps applied;
   std::vector<int> fate_of_call;  // Fate per contributing call
   std::vector<std::uint64_t> contribution_step;
+  std::vector<std::pair<int, double>> info;  // per applied result: participants, total weight
   int calls = 0;
 };
 
@@ -91,11 +92,13 @@ void straggler_loop(Communicator& comm, LatePolicy policy, int steps, int max_ca
     ++mine.calls;
     if (r.step == 0) break;  // the run ended while this rank was late
     mine.applied.push_back(result);
+    mine.info.emplace_back(r.participants, r.total_weight);
     while (r.steps_behind > 0) {  // catch up without computing
       r = comm.partial_allreduce(nullptr, result.data(), count, DataType::f32, ReduceOp::sum,
                                  PartialOptions{policy, 0.0, 1, 0});
       if (r.fate != Fate::none) throw std::runtime_error("weight-0 call reported a contribution");
       mine.applied.push_back(result);
+      mine.info.emplace_back(r.participants, r.total_weight);
     }
     if (static_cast<int>(r.step) >= steps) break;
   }
@@ -104,6 +107,7 @@ void straggler_loop(Communicator& comm, LatePolicy policy, int steps, int max_ca
     auto r = comm.partial_allreduce(nullptr, result.data(), count, DataType::f32, ReduceOp::sum,
                                     PartialOptions{policy, 0.0, 1, 0});
     mine.applied.push_back(result);
+    mine.info.emplace_back(r.participants, r.total_weight);
     f.steps_behind = r.steps_behind;
   }
 }
@@ -114,6 +118,18 @@ void check_invariants(const std::vector<LoopOutcome>& all, int n, int max_calls,
     ASSERT_EQ(all[r].applied.size(), all[0].applied.size()) << "rank " << r << " applied a different number of results";
     for (std::size_t s = 0; s < all[0].applied.size(); ++s)
       ASSERT_EQ(hash_of(all[r].applied[s]), hash_of(all[0].applied[s])) << "rank " << r << " step " << s + 1;
+  }
+  // Every rank was told the same participant count and total weight for each
+  // result — late ranks too, for the results they fetched — and they match the
+  // result itself (each contribution is a single 1 with weight 1).
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(all[r].info.size(), all[r].applied.size());
+    for (std::size_t s = 0; s < all[r].applied.size(); ++s) {
+      double ones = 0;
+      for (float v : all[0].applied[s]) ones += v;
+      EXPECT_EQ(all[r].info[s].first, static_cast<int>(ones)) << "rank " << r << " step " << s + 1 << " participants";
+      EXPECT_EQ(all[r].info[s].second, ones) << "rank " << r << " step " << s + 1 << " total weight";
+    }
   }
   // 2. Accounting: each contribution is in exactly one result, or reported dropped.
   std::vector<double> total(static_cast<std::size_t>(n * max_calls), 0.0);
