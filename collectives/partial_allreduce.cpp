@@ -174,6 +174,11 @@ void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision
   // This step's result is pushed only to late ranks that did not compute it in the ring.
   auto last_pushed = [&](const partial::CatchUp& c) { return finishing || contributes_rank(c.rank) ? d.step - 1 : d.step; };
   auto info_of = [&](std::uint64_t step) -> StepInfo& { return st.info[step % st.info.size()]; };
+  if (!finishing && d.contributors.empty()) {
+    // An empty step (every rank called with weight 0): its result is zeros.
+    auto slot = st.cache.claim(d.step);
+    std::fill(slot.begin(), slot.end(), std::byte{0});
+  }
   if (!finishing) {
     StepInfo& info = info_of(d.step);
     info.participants = static_cast<std::int32_t>(d.contributors.size());

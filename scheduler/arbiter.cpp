@@ -133,10 +133,12 @@ void Arbiter::finish_stragglers_if_run_over() {
 
 void Arbiter::maybe_close(Clock::time_point now, std::vector<Out>& out) {
   int arrived_on_time = 0, active = 0;
-  bool all_done = true, missing_all_slow = true, any_arrived = false;
+  bool all_done = true, missing_all_slow = true, any_arrived = false, any_finished = false, any_empty_at_open = false;
   for (int r = 0; r < cfg_.ranks; ++r) {
     const auto& s = ranks_[static_cast<std::size_t>(r)];
     if (s.role == Role::on_time) ++arrived_on_time;
+    any_finished |= s.finished;
+    any_empty_at_open |= s.role == Role::catch_up && s.based_on == open_step_;
     any_arrived |= s.role != Role::absent;
     if (!s.lost && !s.finished) ++active;
     if (!done(s)) {
@@ -147,7 +149,9 @@ void Arbiter::maybe_close(Clock::time_point now, std::vector<Out>& out) {
   }
   if (!any_arrived) return;
   if (all_done) {
-    if (arrived_on_time > 0) close_step(out);
+    // Every rank here called with weight 0 and some are at the open step (no
+    // data this step, e.g. the end of an epoch): the step closes empty.
+    if (arrived_on_time > 0 || (!any_finished && any_empty_at_open)) close_step(out);
     // Only late ranks are left and everybody else finished: the finish
     // exchange serves them (maybe_finish), nothing to close here.
     return;
@@ -167,17 +171,27 @@ void Arbiter::close_step(std::vector<Out>& out) {
   Decision d;
   d.step = open_step_;
   int on_time = 0;
+  for (int r = 0; r < cfg_.ranks; ++r) on_time += ranks_[static_cast<std::size_t>(r)].role == Role::on_time ? 1 : 0;
+  // An empty step (nobody contributes): its result is zeros, which the ranks
+  // at the open step know without a message; one of them serves the ranks
+  // that are behind.
+  const bool empty = on_time == 0;
+  auto may_serve = [&](const RankState& s) {
+    return empty ? s.role == Role::catch_up && s.based_on == open_step_ : s.role == Role::on_time;
+  };
+  int servers = 0;
   for (int r = 0; r < cfg_.ranks; ++r) {
     const auto& s = ranks_[static_cast<std::size_t>(r)];
     if (s.role == Role::on_time || s.role == Role::deferred) d.contributors.push_back({r, s.weight, s.based_on});
-    if (s.role == Role::deferred || s.role == Role::catch_up) d.catchups.push_back({r, s.based_on});
-    on_time += s.role == Role::on_time ? 1 : 0;
+    if ((s.role == Role::deferred || s.role == Role::catch_up) && !(empty && may_serve(s)))
+      d.catchups.push_back({r, s.based_on});
+    servers += may_serve(s) ? 1 : 0;
   }
-  ANTDT_ASSERT(on_time > 0);
+  ANTDT_ASSERT(servers > 0);
   // Serving late ranks costs the server time: rotate it over the on-time ranks.
-  int pick = static_cast<int>(open_step_ % static_cast<std::uint64_t>(on_time));
+  int pick = static_cast<int>(open_step_ % static_cast<std::uint64_t>(servers));
   for (int r = 0; r < cfg_.ranks && d.server < 0; ++r)
-    if (ranks_[static_cast<std::size_t>(r)].role == Role::on_time && pick-- == 0) d.server = r;
+    if (may_serve(ranks_[static_cast<std::size_t>(r)]) && pick-- == 0) d.server = r;
   monitor_.evaluate();
   d.classes.reserve(ranks_.size());
   for (int r = 0; r < cfg_.ranks; ++r) d.classes.push_back(monitor_.classify(r));

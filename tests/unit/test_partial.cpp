@@ -185,6 +185,34 @@ TEST_P(Partial, DeferAddsLateContributionsToALaterStep) {
   check_invariants(all, n, max_calls, true);
 }
 
+// A step in which every rank calls with weight 0 (no data, e.g. at the end of
+// an epoch) closes empty — zeros, no participants — instead of waiting for a
+// contribution that never comes; with a rank behind as well, it is served.
+TEST_P(Partial, StepsWhereNobodyContributesCloseEmpty) {
+  const int n = 3;
+  Config cfg = partial_config();
+  cfg.timeout = std::chrono::seconds(10);
+  for (LatePolicy policy : {LatePolicy::wait, LatePolicy::defer}) {
+    expect_all_ok(run_ranks(n, GetParam(), [&](Communicator& comm) {
+      std::vector<float> grad(5, static_cast<float>(comm.rank() + 1)), result(5, -1.0f);
+      auto r = comm.partial_allreduce(grad.data(), result.data(), grad.size(), DataType::f32, ReduceOp::sum,
+                                      PartialOptions{policy, 1.0, 1, 1});
+      if (r.step != 1 || r.participants != n || result[4] != 6.0f)
+        throw std::runtime_error(cat("step 1: step ", r.step, ", ", r.participants, " participants, ", result[4]));
+      for (std::uint64_t step = 2; step <= 4; ++step) {
+        std::fill(result.begin(), result.end(), -1.0f);
+        r = comm.partial_allreduce(nullptr, result.data(), grad.size(), DataType::f32, ReduceOp::sum,
+                                   PartialOptions{policy, 0.0, 1, 0});
+        if (r.step != step || r.participants != 0 || r.total_weight != 0 || r.fate != Fate::none ||
+            std::any_of(result.begin(), result.end(), [](float v) { return v != 0.0f; }))
+          throw std::runtime_error(cat("empty step ", step, ": got step ", r.step, ", ", r.participants,
+                                       " participants, total weight ", r.total_weight, ", result[0] ", result[0]));
+      }
+      comm.partial_finish();
+    }, cfg));
+  }
+}
+
 // Invariant 3: avg over unequal weights is sum(w_i g_i) / sum(w_i).
 TEST_P(Partial, WeightedAverageIsExact) {
   const int n = 3;
