@@ -47,7 +47,7 @@ shift
 
 here=$(cd "$(dirname "$0")" && pwd)
 if [[ -z $build ]]; then
-  for d in "$here/../build-policyperf" "$here/../build"; do
+  for d in "$here/../build" "$here/../build-"*; do
     [[ -x $d/perf/antdt_policy_perf ]] && build=$d && break
   done
 fi
