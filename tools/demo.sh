@@ -6,7 +6,10 @@
 #      the late policies wait (BSP), drop and defer side by side; it prints
 #      throughput, straggler efficiency and the class the Monitor gave each rank,
 #      and fails if the ranks did not apply the same results (docs/benchmarks.md);
-#   2. the nccl-tests style AllReduce table.
+#   2. the scheduler on the real engine: the same straggler under BSP and under
+#      the antdt-dd policy (batch sizes rebalanced by the Controller through the
+#      Agent API, ranks started by antdt-run; docs/scheduler.md);
+#   3. the nccl-tests style AllReduce table.
 #   ANTDT_DEMO_RANKS   ranks (default 4)
 #   ANTDT_DEMO_STEPS   results per policy in the straggler benchmark (default 100)
 #   ANTDT_DEMO_INJECT  the straggler scenario (default: rank 2 three times slower)
@@ -24,7 +27,7 @@ if [[ -z "${CUDACXX:-}" && -x /usr/local/cuda/bin/nvcc ]]; then
   export CUDACXX=/usr/local/cuda/bin/nvcc
 fi
 cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j "$(nproc)" --target antdt_straggler_perf antdt_allreduce_perf
+cmake --build "$build" -j "$(nproc)" --target antdt_straggler_perf antdt_allreduce_perf antdt_policy_perf antdt-run
 
 # mpirun in containers: running as root, and more ranks than cores.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -35,4 +38,5 @@ export UCX_WARN_UNUSED_ENV_VARS=n
 set -x
 mpirun -np "$ranks" --bind-to none -x ANTDT_INJECT="$inject" \
   "$build/perf/antdt_straggler_perf" --compute-ms 20 --steps "$steps" --policies wait,drop,defer --staleness 3
+"$repo/perf/policy_compare.sh" -b "$build" -r "$ranks" -n 1 -s 150 -p "bsp antdt-dd" "$inject"
 mpirun -np "$ranks" --bind-to none "$build/perf/antdt_allreduce_perf" -b 8 -e 16M -f 8 -n 10 -w 3
