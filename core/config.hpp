@@ -30,7 +30,7 @@ struct Config {
   std::string transport = "ucx";                             // ANTDT_TRANSPORT=ucx|inproc
   AllreduceAlgo allreduce_algo = AllreduceAlgo::automatic;   // ANTDT_ALGO=auto|ring|recursive_doubling|shm
   std::size_t shm_max_bytes = 64u << 10;                     // ANTDT_SHM_MAX_BYTES, 0..1M: node-local shared-memory AllReduce up to this size (0: off)
-  std::size_t chunk_bytes = 1u << 20;                        // ANTDT_CHUNK_BYTES, 4K..1G, K/M/G suffixes
+  std::size_t chunk_bytes = 256u << 10;                      // ANTDT_CHUNK_BYTES, 4K..1G, K/M/G suffixes
   ProgressMode progress = ProgressMode::automatic;           // ANTDT_PROGRESS=auto|spin|wake
   std::chrono::microseconds spin_before_sleep{50};           // ANTDT_SPIN_US, 0..1000000
   BindMode bind = BindMode::automatic;                       // ANTDT_BIND=auto|none|cores|numa

@@ -50,7 +50,7 @@ TEST(Config, Defaults) {
   EXPECT_EQ(c.timeout, std::chrono::milliseconds(60000));
   EXPECT_EQ(c.transport, "ucx");
   EXPECT_EQ(c.allreduce_algo, AllreduceAlgo::automatic);
-  EXPECT_EQ(c.chunk_bytes, std::size_t{1} << 20);
+  EXPECT_EQ(c.chunk_bytes, std::size_t{256} << 10);
   EXPECT_EQ(c.progress, ProgressMode::automatic);
   EXPECT_EQ(c.spin_before_sleep, std::chrono::microseconds(50));
   EXPECT_EQ(c.bind, BindMode::automatic);
@@ -71,7 +71,7 @@ TEST(Config, EmptyStringCountsAsUnset) {
   EXPECT_FALSE(c.rank.has_value());
   EXPECT_EQ(c.root, "");
   EXPECT_EQ(c.secret, "");
-  EXPECT_EQ(c.chunk_bytes, std::size_t{1} << 20);
+  EXPECT_EQ(c.chunk_bytes, std::size_t{256} << 10);
   EXPECT_EQ(c.bootstrap_dir, "/tmp");
 }
 
