@@ -161,10 +161,12 @@ const Coordinator::Frozen& Coordinator::frozen_locked(std::uint64_t step) {
   }
   f.generation = generation_;
   highest_frozen_ = step;
-  // Ranks never ask for steps older than their last one; keep a margin for the slowest.
+  // Ranks never ask for steps older than their last one; keep a margin for the
+  // slowest. A rank that has not connected yet starts at step 1: keep
+  // everything for it (its thread or process may simply start late).
   std::uint64_t oldest = step;
   for (const auto& m : members_)
-    if (m.connected) oldest = std::min(oldest, m.last_reported);
+    if (m.connected || !m.ever_connected) oldest = std::min(oldest, m.last_reported);
   frozen_.erase(frozen_.begin(), frozen_.lower_bound(oldest));
   return frozen_.emplace(step, std::move(f)).first->second;
 }

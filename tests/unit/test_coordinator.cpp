@@ -167,6 +167,20 @@ class RestartRankOne final : public Policy {
   bool ordered_ = false;
 };
 
+TEST(Coordinator, ARankThatConnectsLateStillGetsTheFirstPlans) {
+  // Ranks 0 and 1 run ahead before rank 2 even said hello (its thread or
+  // process started late): rank 2 must still get the plans from step 1 on.
+  Coordinator c(options_for(3, 0, 1, 1, 6));
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(c.hello(r, 0, 0).accepted);
+  for (std::uint64_t step = 1; step <= 20; ++step)
+    for (int r = 0; r < 2; ++r) {
+      const Plan p = c.plan(r, step);
+      c.report(r, Report{step, 0.001, 0, 0, p.plan.local_batch, Fate::included});
+    }
+  ASSERT_TRUE(c.hello(2, 0, 0).accepted);
+  for (std::uint64_t step = 1; step <= 20; ++step) EXPECT_EQ(c.plan(2, step).plan.local_batch, 2u) << "step " << step;
+}
+
 TEST(Coordinator, PolicyRestartOrderReachesEveryRankAtOneStep) {
   register_policy("test-restart-rank-one", [](std::string_view) { return std::make_unique<RestartRankOne>(); });
   auto o = options_for(3, 0, 1, 1, 6);
