@@ -127,7 +127,8 @@ ShmChannel::Peek wait_for(Call& call, ShmChannel& channel, int peer, std::uint64
     if ((p = channel.peek(peer, round)).ready) return p;
     if (call.sequenced()) {
       const auto a = channel.announced(peer);
-      if (a.seq == call.seq() && a.hash != hash)
+      // (Its data may have arrived since the peek: then the slot's own hash decides.)
+      if (a.seq == call.seq() && a.hash != hash && !channel.peek(peer, round).ready)
         call.fail_mismatch(cat("rank ", call.rank(), " called ", call.signature().describe(), " #", call.seq(),
                                " but rank ", peer, " called a different collective or with a different count, "
                                "dtype or op; all ranks must call collectives with the same arguments"));

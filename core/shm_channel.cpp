@@ -198,17 +198,28 @@ ShmChannel::Peek ShmChannel::peek(int peer, std::uint64_t round) const noexcept 
   return p;
 }
 
+// A sequence lock: the pair (seq, hash) is written as seq = 0, hash, seq, and
+// a reader keeps it only when it saw the same non-zero seq before and after
+// the hash. Without it a reader could pair a call's number with the next
+// call's hash (the peer moves on the moment it has everyone's data) and
+// report a mismatch that is not there.
 void ShmChannel::announce(std::uint64_t seq, std::uint64_t hash) noexcept {
   auto* lines = reinterpret_cast<AnnounceLine*>(static_cast<std::byte*>(base_) + sizeof(SegmentHeader));
-  lines[rank_].hash.store(hash, std::memory_order_relaxed);
-  lines[rank_].seq.store(seq, std::memory_order_release);
+  AnnounceLine& line = lines[rank_];
+  line.seq.store(0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  line.hash.store(hash, std::memory_order_relaxed);
+  line.seq.store(seq, std::memory_order_release);
 }
 
 ShmChannel::Announcement ShmChannel::announced(int peer) const noexcept {
   const auto* lines = reinterpret_cast<const AnnounceLine*>(static_cast<const std::byte*>(base_) + sizeof(SegmentHeader));
+  const AnnounceLine& line = lines[peer];
   Announcement a;
-  a.seq = lines[peer].seq.load(std::memory_order_acquire);
-  a.hash = lines[peer].hash.load(std::memory_order_relaxed);
+  a.seq = line.seq.load(std::memory_order_acquire);
+  a.hash = line.hash.load(std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (line.seq.load(std::memory_order_relaxed) != a.seq) a.seq = 0;  // torn: being rewritten
   return a;
 }
 

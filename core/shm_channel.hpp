@@ -89,7 +89,7 @@ class ShmChannel {
   // took another path for the same call (a mismatched call) can tell.
   void announce(std::uint64_t seq, std::uint64_t hash) noexcept;
   struct Announcement {
-    std::uint64_t seq = 0, hash = 0;
+    std::uint64_t seq = 0, hash = 0;  // seq 0: nothing consistent to read now
   };
   Announcement announced(int peer) const noexcept;
 
