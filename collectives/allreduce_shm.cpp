@@ -166,7 +166,7 @@ void allreduce_shm(Call& call, const std::byte* send, std::byte* recv, std::size
   ShmChannel& channel = *call.comm().shm();
   const std::size_t bytes = count * dtype_size(dtype);
   ANTDT_ASSERT(bytes <= channel.slot_bytes());
-  const std::uint64_t hash = call.signature().hash();
+  const std::uint64_t hash = call.signature_hash();
   const std::uint64_t round = channel.next_round();
   const std::span<std::byte> own = channel.own_slot(round);
   if (bytes > 0) std::memcpy(own.data(), send, bytes);

@@ -65,6 +65,7 @@ class Call {
   const Config& config() const noexcept { return comm_.config(); }
   detail::CommImpl& comm() noexcept { return comm_; }
   const Signature& signature() const noexcept { return sig_; }
+  std::uint64_t signature_hash() const noexcept { return hash_; }  // signature().hash(), computed once
   std::uint64_t seq() const noexcept { return seq_; }
   // ANTDT_TIMEOUT_MS from the first wait that needed it (or restart_deadline()):
   // calls that never block read no clock for it.

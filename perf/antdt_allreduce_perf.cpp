@@ -26,9 +26,6 @@ namespace perf = antdt::perf;
 
 constexpr const char* kToolName = "antdt_allreduce_perf";
 
-// Every byte differs from the expected result, so an element the collective
-// failed to write cannot pass the check by accident.
-
 void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType dtype, ReduceOp op, perf::Totals& totals) {
   const std::size_t width = antdt::dtype_size(dtype);
   const std::size_t max_count = opts.sweep.max_bytes / width;

@@ -29,11 +29,6 @@ namespace perf = antdt::perf;
 
 constexpr const char* kToolName = "antdt_alltoall_perf";
 
-// Every byte differs from the expected result, so an element the collective
-// failed to write cannot pass the check by accident.
-
-double busbw_factor(int nranks) noexcept { return nranks <= 0 ? 0.0 : static_cast<double>(nranks - 1) / nranks; }
-
 // Element i of the block that rank `source` sends to rank `destination`: a
 // small integer (exact in every datatype) that differs between the blocks of
 // every (source, destination) pair of up to 101 ranks, so a block delivered
@@ -105,7 +100,7 @@ void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType d
       ip_wrong = check.wrong;
     }
 
-    const double factor = busbw_factor(comm.size());
+    const double factor = perf::gather_busbw_factor(comm.size());
     perf::finish_row(comm, totals, bytes, block_count * nranks, dtype, "none", -1, factor, {oop_us, oop_wrong},
                      {ip_us, ip_wrong});
   }

@@ -30,11 +30,6 @@ namespace perf = antdt::perf;
 
 constexpr const char* kToolName = "antdt_reducescatter_perf";
 
-// Every byte differs from the expected result, so an element the collective
-// failed to write cannot pass the check by accident.
-
-double busbw_factor(int nranks) noexcept { return nranks <= 0 ? 0.0 : static_cast<double>(nranks - 1) / nranks; }
-
 void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType dtype, ReduceOp op, perf::Totals& totals) {
   const std::size_t width = antdt::dtype_size(dtype);
   const auto nranks = static_cast<std::size_t>(comm.size());
@@ -91,7 +86,7 @@ void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType d
       ip_wrong = check.wrong;
     }
 
-    const double factor = busbw_factor(comm.size());
+    const double factor = perf::gather_busbw_factor(comm.size());
     perf::finish_row(comm, totals, bytes, block_count * nranks, dtype, perf::op_label(op), -1, factor, {oop_us, oop_wrong},
                      {ip_us, ip_wrong});
   }

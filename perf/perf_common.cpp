@@ -544,6 +544,10 @@ Measurement make_measurement(std::size_t bytes, double time_us, double busbw_fac
   return m;
 }
 
+double gather_busbw_factor(int nranks) noexcept {
+  return nranks <= 0 ? 0.0 : static_cast<double>(nranks - 1) / nranks;
+}
+
 double allreduce_busbw_factor(int nranks) noexcept {
   return nranks <= 0 ? 0.0 : 2.0 * (nranks - 1) / nranks;
 }

@@ -186,6 +186,8 @@ Measurement make_measurement(std::size_t bytes, double time_us, double busbw_fac
                              std::optional<std::uint64_t> wrong);
 // 2(n-1)/n, the AllReduce bus bandwidth factor.
 double allreduce_busbw_factor(int nranks) noexcept;
+// (n-1)/n: AllGather, ReduceScatter and AlltoAll move (n-1)/n of the data per rank (nccl-tests).
+double gather_busbw_factor(int nranks) noexcept;
 
 std::string header_line(std::string_view collective, int nranks, const ResolvedOptions& opts,
                         std::string_view transport);
