@@ -29,7 +29,8 @@ namespace perf = antdt::perf;
 
 constexpr const char* kToolName = "antdt_allgather_perf";
 
-void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType dtype, perf::Totals& totals) {
+void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType dtype, ReduceOp /*no reduction*/,
+               perf::Totals& totals) {
   const std::size_t width = antdt::dtype_size(dtype);
   const auto nranks = static_cast<std::size_t>(comm.size());
   const auto rank = static_cast<std::size_t>(comm.rank());
@@ -54,38 +55,24 @@ void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType d
     const std::span<const std::byte> want(expected.data(), bytes);
     std::byte* const own_block = result.data() + rank * block_bytes;
 
-    auto out_of_place = [&] { comm.allgather(input.data(), result.data(), block_count, dtype); };
-    for (int i = 0; i < opts.warmup_iters; ++i) out_of_place();
-    comm.barrier();
-    const double oop_us = perf::time_per_iteration_us(opts.iters, out_of_place);
-    std::optional<std::uint64_t> oop_wrong;
-    if (opts.check) {
-      perf::poison(out, want);
-      out_of_place();
-      const auto check = perf::count_wrong(dtype, out, want);
-      perf::report_wrong(kToolName, comm, dtype, std::nullopt, bytes, "out-of-place", check);
-      oop_wrong = check.wrong;
-    }
-
+    const perf::RowLabel row{kToolName, dtype, std::nullopt, bytes};
+    const auto oop = perf::measure(comm, opts, row,
+                                   {.name = "out-of-place",
+                                    .call = [&] { comm.allgather(input.data(), result.data(), block_count, dtype); },
+                                    .result = out,
+                                    .expected = want});
     // In place: this rank's block already sits at its place in the result.
-    auto in_place = [&] { comm.allgather(own_block, result.data(), block_count, dtype); };
-    std::memcpy(own_block, input.data(), block_bytes);
-    for (int i = 0; i < opts.warmup_iters; ++i) in_place();
-    comm.barrier();
-    const double ip_us = perf::time_per_iteration_us(opts.iters, in_place);
-    std::optional<std::uint64_t> ip_wrong;
-    if (opts.check) {
-      perf::poison(out, want);
-      std::memcpy(own_block, input.data(), block_bytes);
-      in_place();
-      const auto check = perf::count_wrong(dtype, out, want);
-      perf::report_wrong(kToolName, comm, dtype, std::nullopt, bytes, "in-place", check);
-      ip_wrong = check.wrong;
-    }
+    auto place_own_block = [&] { std::memcpy(own_block, input.data(), block_bytes); };
+    const auto ip = perf::measure(comm, opts, row,
+                                  {.name = "in-place",
+                                   .call = [&] { comm.allgather(own_block, result.data(), block_count, dtype); },
+                                   .prepare_timing = place_own_block,
+                                   .result = out,
+                                   .expected = want,
+                                   .restore_inputs = place_own_block});
 
     const double factor = perf::gather_busbw_factor(comm.size());
-    perf::finish_row(comm, totals, bytes, block_count * nranks, dtype, "none", -1, factor, {oop_us, oop_wrong},
-                     {ip_us, ip_wrong});
+    perf::finish_row(comm, totals, bytes, block_count * nranks, dtype, "none", -1, factor, oop, ip);
   }
 }
 
@@ -93,9 +80,5 @@ void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType d
 
 int main(int argc, char** argv) {
   return perf::tool_main(argc, argv, {kToolName, "AllGather bandwidth and correctness, nccl-tests style (all_gather_perf options)", false, false},
-                         [](Communicator& comm, const perf::ResolvedOptions& opts, DataType dtype, ReduceOp op,
-                            perf::Totals& totals) {
-                           (void)op;  // no reduction in this collective
-                           run_sweep(comm, opts, dtype, totals);
-                         });
+                         run_sweep);
 }

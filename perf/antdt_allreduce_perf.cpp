@@ -50,44 +50,26 @@ void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType d
     const std::span<const std::byte> want = opts.check ? std::span<const std::byte>(expected.data(), bytes)
                                                        : std::span<const std::byte>{};
 
+    const perf::RowLabel row{kToolName, dtype, op, bytes};
     // Out of place: the input never changes, so every iteration does the same work.
-    auto out_of_place = [&] { comm.allreduce(input.data(), result.data(), count, dtype, op); };
-    for (int i = 0; i < opts.warmup_iters; ++i) out_of_place();
-    comm.barrier();
-    const auto faults_before_oop = perf::minor_faults();
-    const double oop_us = perf::time_per_iteration_us(opts.iters, out_of_place);
-    const double oop_faults = static_cast<double>(perf::minor_faults() - faults_before_oop) / std::max(1, opts.iters);
-    std::optional<std::uint64_t> oop_wrong;
-    if (opts.check) {
-      perf::poison(out, want);
-      out_of_place();
-      const auto check = perf::count_wrong(dtype, out, want);
-      perf::report_wrong(kToolName, comm, dtype, op, bytes, "out-of-place", check);
-      oop_wrong = check.wrong;
-    }
-
+    const auto oop = perf::measure(comm, opts, row,
+                                   {.name = "out-of-place",
+                                    .call = [&] { comm.allreduce(input.data(), result.data(), count, dtype, op); },
+                                    .result = out,
+                                    .expected = want});
     // In place: repeated reductions of the check data would grow without bound
     // (sum, prod), so time on data that reduces to itself, then check once.
-    auto in_place = [&] { comm.allreduce(result.data(), result.data(), count, dtype, op); };
-    pattern.fill_repeatable(comm.rank(), out);
-    for (int i = 0; i < opts.warmup_iters; ++i) in_place();
-    comm.barrier();
-    const auto faults_before_ip = perf::minor_faults();
-    const double ip_us = perf::time_per_iteration_us(opts.iters, in_place);
-    const double ip_faults = static_cast<double>(perf::minor_faults() - faults_before_ip) / std::max(1, opts.iters);
-    std::optional<std::uint64_t> ip_wrong;
-    if (opts.check) {
-      std::copy(in.begin(), in.end(), out.begin());
-      in_place();
-      const auto check = perf::count_wrong(dtype, out, want);
-      perf::report_wrong(kToolName, comm, dtype, op, bytes, "in-place", check);
-      ip_wrong = check.wrong;
-    }
+    const auto ip = perf::measure(comm, opts, row,
+                                  {.name = "in-place",
+                                   .call = [&] { comm.allreduce(result.data(), result.data(), count, dtype, op); },
+                                   .prepare_timing = [&] { pattern.fill_repeatable(comm.rank(), out); },
+                                   .result = out,
+                                   .expected = want,
+                                   .restore_inputs = [&] { std::copy(in.begin(), in.end(), out.begin()); }});
 
-    totals.max_faults_per_call =
-        std::max(totals.max_faults_per_call, perf::max_over_ranks(comm, std::max(oop_faults, ip_faults)));
-    perf::finish_row(comm, totals, bytes, count, dtype, perf::op_label(op), -1, busbw_factor, {oop_us, oop_wrong},
-                     {ip_us, ip_wrong});
+    totals.max_faults_per_call = std::max(
+        totals.max_faults_per_call, perf::max_over_ranks(comm, std::max(oop.faults_per_call, ip.faults_per_call)));
+    perf::finish_row(comm, totals, bytes, count, dtype, perf::op_label(op), -1, busbw_factor, oop, ip);
   }
 }
 
@@ -95,8 +77,5 @@ void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType d
 
 int main(int argc, char** argv) {
   return perf::tool_main(argc, argv, {kToolName, "AllReduce bandwidth and correctness, nccl-tests style (all_reduce_perf options)", true, false},
-                         [](Communicator& comm, const perf::ResolvedOptions& opts, DataType dtype, ReduceOp op,
-                            perf::Totals& totals) {
-                           run_sweep(comm, opts, dtype, op, totals);
-                         });
+                         run_sweep);
 }

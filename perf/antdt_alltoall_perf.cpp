@@ -52,7 +52,8 @@ void fill_blocks(DataType dtype, std::size_t rank, std::size_t nranks, std::size
   }
 }
 
-void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType dtype, perf::Totals& totals) {
+void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType dtype, ReduceOp /*no reduction*/,
+               perf::Totals& totals) {
   const std::size_t width = antdt::dtype_size(dtype);
   const auto nranks = static_cast<std::size_t>(comm.size());
   const auto rank = static_cast<std::size_t>(comm.rank());
@@ -72,37 +73,24 @@ void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType d
     fill_blocks(dtype, rank, nranks, block_count, /*from_rank=*/false, std::span(expected.data(), bytes));
     const std::span<const std::byte> want(expected.data(), bytes);
 
-    auto out_of_place = [&] { comm.alltoall(input.data(), result.data(), block_count, dtype); };
-    for (int i = 0; i < opts.warmup_iters; ++i) out_of_place();
-    comm.barrier();
-    const double oop_us = perf::time_per_iteration_us(opts.iters, out_of_place);
-    std::optional<std::uint64_t> oop_wrong;
-    if (opts.check) {
-      perf::poison(out, want);
-      out_of_place();
-      const auto check = perf::count_wrong(dtype, out, want);
-      perf::report_wrong(kToolName, comm, dtype, std::nullopt, bytes, "out-of-place", check);
-      oop_wrong = check.wrong;
-    }
-
+    const perf::RowLabel row{kToolName, dtype, std::nullopt, bytes};
+    const auto oop = perf::measure(comm, opts, row,
+                                   {.name = "out-of-place",
+                                    .call = [&] { comm.alltoall(input.data(), result.data(), block_count, dtype); },
+                                    .result = out,
+                                    .expected = want});
     // In place: the blocks are exchanged within one buffer.
-    auto in_place = [&] { comm.alltoall(result.data(), result.data(), block_count, dtype); };
-    std::memcpy(out.data(), in.data(), bytes);
-    for (int i = 0; i < opts.warmup_iters; ++i) in_place();
-    comm.barrier();
-    const double ip_us = perf::time_per_iteration_us(opts.iters, in_place);
-    std::optional<std::uint64_t> ip_wrong;
-    if (opts.check) {
-      std::memcpy(out.data(), in.data(), bytes);
-      in_place();
-      const auto check = perf::count_wrong(dtype, out, want);
-      perf::report_wrong(kToolName, comm, dtype, std::nullopt, bytes, "in-place", check);
-      ip_wrong = check.wrong;
-    }
+    auto place_input = [&] { std::memcpy(out.data(), in.data(), bytes); };
+    const auto ip = perf::measure(comm, opts, row,
+                                  {.name = "in-place",
+                                   .call = [&] { comm.alltoall(result.data(), result.data(), block_count, dtype); },
+                                   .prepare_timing = place_input,
+                                   .result = out,
+                                   .expected = want,
+                                   .restore_inputs = place_input});
 
     const double factor = perf::gather_busbw_factor(comm.size());
-    perf::finish_row(comm, totals, bytes, block_count * nranks, dtype, "none", -1, factor, {oop_us, oop_wrong},
-                     {ip_us, ip_wrong});
+    perf::finish_row(comm, totals, bytes, block_count * nranks, dtype, "none", -1, factor, oop, ip);
   }
 }
 
@@ -110,9 +98,5 @@ void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType d
 
 int main(int argc, char** argv) {
   return perf::tool_main(argc, argv, {kToolName, "AlltoAll bandwidth and correctness, nccl-tests style (alltoall_perf options)", false, false},
-                         [](Communicator& comm, const perf::ResolvedOptions& opts, DataType dtype, ReduceOp op,
-                            perf::Totals& totals) {
-                           (void)op;  // no reduction in this collective
-                           run_sweep(comm, opts, dtype, totals);
-                         });
+                         run_sweep);
 }

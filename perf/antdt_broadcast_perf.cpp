@@ -29,7 +29,8 @@ namespace perf = antdt::perf;
 
 constexpr const char* kToolName = "antdt_broadcast_perf";
 
-void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType dtype, perf::Totals& totals) {
+void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType dtype, ReduceOp /*no reduction*/,
+               perf::Totals& totals) {
   const std::size_t width = antdt::dtype_size(dtype);
   const bool is_root = comm.rank() == opts.root;
   // At least one element, so that buffers are never null even for count 0.
@@ -49,42 +50,32 @@ void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType d
     const std::span<std::byte> out(result.data(), bytes);
     const std::span<const std::byte> want(expected.data(), bytes);
 
-    auto out_of_place = [&] { comm.broadcast(input.data(), result.data(), count, dtype, opts.root); };
-    for (int i = 0; i < opts.warmup_iters; ++i) out_of_place();
-    comm.barrier();
-    const double oop_us = perf::time_per_iteration_us(opts.iters, out_of_place);
-    std::optional<std::uint64_t> oop_wrong;
-    if (opts.check) {
-      perf::poison(out, want);
-      out_of_place();
-      const auto check = perf::count_wrong(dtype, out, want);
-      perf::report_wrong(kToolName, comm, dtype, std::nullopt, bytes, "out-of-place", check);
-      oop_wrong = check.wrong;
-    }
-
+    const perf::RowLabel row{kToolName, dtype, std::nullopt, bytes};
+    const auto oop = perf::measure(
+        comm, opts, row,
+        {.name = "out-of-place",
+         .call = [&] { comm.broadcast(input.data(), result.data(), count, dtype, opts.root); },
+         .result = out,
+         .expected = want});
     // In place: the root sends from, and every rank receives into, one buffer.
-    auto in_place = [&] { comm.broadcast(result.data(), result.data(), count, dtype, opts.root); };
-    auto reset = [&] {
-      if (is_root)
-        std::memcpy(out.data(), want.data(), bytes);
-      else
-        perf::poison(out, want);
+    // The check poisons it everywhere; the root then puts its message back.
+    auto place_root_message = [&] {
+      if (is_root) std::memcpy(out.data(), want.data(), bytes);
     };
-    reset();
-    for (int i = 0; i < opts.warmup_iters; ++i) in_place();
-    comm.barrier();
-    const double ip_us = perf::time_per_iteration_us(opts.iters, in_place);
-    std::optional<std::uint64_t> ip_wrong;
-    if (opts.check) {
-      reset();
-      in_place();
-      const auto check = perf::count_wrong(dtype, out, want);
-      perf::report_wrong(kToolName, comm, dtype, std::nullopt, bytes, "in-place", check);
-      ip_wrong = check.wrong;
-    }
+    auto poison_and_place_root_message = [&] {
+      perf::poison(out, want);
+      place_root_message();
+    };
+    const auto ip = perf::measure(
+        comm, opts, row,
+        {.name = "in-place",
+         .call = [&] { comm.broadcast(result.data(), result.data(), count, dtype, opts.root); },
+         .prepare_timing = poison_and_place_root_message,
+         .result = out,
+         .expected = want,
+         .restore_inputs = place_root_message});
 
-    perf::finish_row(comm, totals, bytes, count, dtype, "none", opts.root, 1.0, {oop_us, oop_wrong},
-                     {ip_us, ip_wrong});
+    perf::finish_row(comm, totals, bytes, count, dtype, "none", opts.root, 1.0, oop, ip);
   }
 }
 
@@ -92,9 +83,5 @@ void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType d
 
 int main(int argc, char** argv) {
   return perf::tool_main(argc, argv, {kToolName, "Broadcast bandwidth and correctness, nccl-tests style (broadcast_perf options)", false, true},
-                         [](Communicator& comm, const perf::ResolvedOptions& opts, DataType dtype, ReduceOp op,
-                            perf::Totals& totals) {
-                           (void)op;  // no reduction in this collective
-                           run_sweep(comm, opts, dtype, totals);
-                         });
+                         run_sweep);
 }

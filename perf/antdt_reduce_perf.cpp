@@ -49,41 +49,30 @@ void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType d
     const std::span<std::byte> out(result.data(), bytes);
     const std::span<const std::byte> want(expected.data(), bytes);
 
+    const perf::RowLabel row{kToolName, dtype, op, bytes};
+    // Only the root receives the reduction: the other ranks have nothing to check.
+    const std::span<std::byte> checked = is_root ? out : std::span<std::byte>{};
+    const std::span<const std::byte> checked_want = is_root ? want : std::span<const std::byte>{};
     // Out of place: the input never changes, so every iteration does the same work.
-    auto out_of_place = [&] { comm.reduce(input.data(), result.data(), count, dtype, op, opts.root); };
-    for (int i = 0; i < opts.warmup_iters; ++i) out_of_place();
-    comm.barrier();
-    const double oop_us = perf::time_per_iteration_us(opts.iters, out_of_place);
-    std::optional<std::uint64_t> oop_wrong;
-    if (opts.check) {
-      perf::poison(out, want);
-      out_of_place();
-      perf::CheckResult check;
-      if (is_root) check = perf::count_wrong(dtype, out, want);
-      perf::report_wrong(kToolName, comm, dtype, op, bytes, "out-of-place", check);
-      oop_wrong = check.wrong;
-    }
-
+    const auto oop = perf::measure(
+        comm, opts, row,
+        {.name = "out-of-place",
+         .call = [&] { comm.reduce(input.data(), result.data(), count, dtype, op, opts.root); },
+         .result = checked,
+         .expected = checked_want});
     // In place (send == recv on every rank): repeated reductions of the check
     // data would grow without bound (sum, prod), so time on data that reduces
     // to itself, then check once.
-    auto in_place = [&] { comm.reduce(result.data(), result.data(), count, dtype, op, opts.root); };
-    pattern.fill_repeatable(comm.rank(), out);
-    for (int i = 0; i < opts.warmup_iters; ++i) in_place();
-    comm.barrier();
-    const double ip_us = perf::time_per_iteration_us(opts.iters, in_place);
-    std::optional<std::uint64_t> ip_wrong;
-    if (opts.check) {
-      std::copy(in.begin(), in.end(), out.begin());
-      in_place();
-      perf::CheckResult check;
-      if (is_root) check = perf::count_wrong(dtype, out, want);
-      perf::report_wrong(kToolName, comm, dtype, op, bytes, "in-place", check);
-      ip_wrong = check.wrong;
-    }
+    const auto ip = perf::measure(
+        comm, opts, row,
+        {.name = "in-place",
+         .call = [&] { comm.reduce(result.data(), result.data(), count, dtype, op, opts.root); },
+         .prepare_timing = [&] { pattern.fill_repeatable(comm.rank(), out); },
+         .result = checked,
+         .expected = checked_want,
+         .restore_inputs = [&] { std::copy(in.begin(), in.end(), out.begin()); }});
 
-    perf::finish_row(comm, totals, bytes, count, dtype, perf::op_label(op), opts.root, 1.0, {oop_us, oop_wrong},
-                     {ip_us, ip_wrong});
+    perf::finish_row(comm, totals, bytes, count, dtype, perf::op_label(op), opts.root, 1.0, oop, ip);
   }
 }
 
@@ -91,8 +80,5 @@ void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType d
 
 int main(int argc, char** argv) {
   return perf::tool_main(argc, argv, {kToolName, "Reduce bandwidth and correctness, nccl-tests style (reduce_perf options)", true, true},
-                         [](Communicator& comm, const perf::ResolvedOptions& opts, DataType dtype, ReduceOp op,
-                            perf::Totals& totals) {
-                           run_sweep(comm, opts, dtype, op, totals);
-                         });
+                         run_sweep);
 }

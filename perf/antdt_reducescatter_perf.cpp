@@ -55,40 +55,28 @@ void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType d
     const std::span<std::byte> out(result.data(), block_bytes);
     const std::span<std::byte> own_block(work.data() + rank * block_bytes, block_bytes);
 
+    const perf::RowLabel row{kToolName, dtype, op, bytes};
     // Out of place: the input never changes, so every iteration does the same work.
-    auto out_of_place = [&] { comm.reduce_scatter(input.data(), result.data(), block_count, dtype, op); };
-    for (int i = 0; i < opts.warmup_iters; ++i) out_of_place();
-    comm.barrier();
-    const double oop_us = perf::time_per_iteration_us(opts.iters, out_of_place);
-    std::optional<std::uint64_t> oop_wrong;
-    if (opts.check) {
-      perf::poison(out, want);
-      out_of_place();
-      const auto check = perf::count_wrong(dtype, out, want);
-      perf::report_wrong(kToolName, comm, dtype, op, bytes, "out-of-place", check);
-      oop_wrong = check.wrong;
-    }
-
+    const auto oop = perf::measure(
+        comm, opts, row,
+        {.name = "out-of-place",
+         .call = [&] { comm.reduce_scatter(input.data(), result.data(), block_count, dtype, op); },
+         .result = out,
+         .expected = want});
     // In place (the result lands on this rank's block of the input). Repeated
     // reductions of the check data would grow without bound (sum, prod), so
     // time on data that reduces to itself, then check once.
-    auto in_place = [&] { comm.reduce_scatter(work.data(), own_block.data(), block_count, dtype, op); };
-    pattern.fill_repeatable(comm.rank(), std::span(work.data(), bytes));
-    for (int i = 0; i < opts.warmup_iters; ++i) in_place();
-    comm.barrier();
-    const double ip_us = perf::time_per_iteration_us(opts.iters, in_place);
-    std::optional<std::uint64_t> ip_wrong;
-    if (opts.check) {
-      std::memcpy(work.data(), input.data(), bytes);
-      in_place();
-      const auto check = perf::count_wrong(dtype, own_block, want);
-      perf::report_wrong(kToolName, comm, dtype, op, bytes, "in-place", check);
-      ip_wrong = check.wrong;
-    }
+    const auto ip = perf::measure(
+        comm, opts, row,
+        {.name = "in-place",
+         .call = [&] { comm.reduce_scatter(work.data(), own_block.data(), block_count, dtype, op); },
+         .prepare_timing = [&] { pattern.fill_repeatable(comm.rank(), std::span(work.data(), bytes)); },
+         .result = own_block,
+         .expected = want,
+         .restore_inputs = [&] { std::memcpy(work.data(), input.data(), bytes); }});
 
     const double factor = perf::gather_busbw_factor(comm.size());
-    perf::finish_row(comm, totals, bytes, block_count * nranks, dtype, perf::op_label(op), -1, factor, {oop_us, oop_wrong},
-                     {ip_us, ip_wrong});
+    perf::finish_row(comm, totals, bytes, block_count * nranks, dtype, perf::op_label(op), -1, factor, oop, ip);
   }
 }
 
@@ -96,8 +84,5 @@ void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType d
 
 int main(int argc, char** argv) {
   return perf::tool_main(argc, argv, {kToolName, "ReduceScatter bandwidth and correctness, nccl-tests style (reduce_scatter_perf options)", true, false},
-                         [](Communicator& comm, const perf::ResolvedOptions& opts, DataType dtype, ReduceOp op,
-                            perf::Totals& totals) {
-                           run_sweep(comm, opts, dtype, op, totals);
-                         });
+                         run_sweep);
 }

@@ -655,6 +655,28 @@ void poison(std::span<std::byte> out, std::span<const std::byte> expected) {
   for (std::size_t i = 0; i < out.size(); ++i) out[i] = ~expected[i];
 }
 
+LocalResult measure(Communicator& comm, const ResolvedOptions& opts, const RowLabel& row, const Placement& placement) {
+  if (opts.check && placement.result.size() != placement.expected.size())
+    invalid(std::string(row.tool) + " " + placement.name + ": result has " + std::to_string(placement.result.size()) +
+            " bytes to check, expected " + std::to_string(placement.expected.size()));
+  if (placement.prepare_timing) placement.prepare_timing();
+  for (int i = 0; i < opts.warmup_iters; ++i) placement.call();
+  comm.barrier();
+  LocalResult local;
+  const auto faults_before = minor_faults();
+  local.time_us = time_per_iteration_us(opts.iters, placement.call);
+  local.faults_per_call = static_cast<double>(minor_faults() - faults_before) / std::max(1, opts.iters);
+  if (opts.check) {
+    poison(placement.result, placement.expected);
+    if (placement.restore_inputs) placement.restore_inputs();
+    placement.call();
+    const auto check = count_wrong(row.dtype, placement.result, placement.expected);
+    report_wrong(row.tool, comm, row.dtype, row.op, row.bytes, placement.name, check);
+    local.wrong = check.wrong;
+  }
+  return local;
+}
+
 namespace {
 
 int run_tool(Communicator& comm, const ToolSpec& spec, const ResolvedOptions& opts, const Sweep& sweep) {

@@ -1,6 +1,7 @@
 // Pieces shared by the antdt_*_perf tools: the nccl-tests command line, the
 // size sweep, the datatype/op tables, input patterns whose reduction is exact
-// in every datatype, the checks, and the nccl-tests table format.
+// in every datatype, the checks, the measuring of one placement (warm-up,
+// timing, check) and the nccl-tests table format.
 #pragma once
 
 #include <antdt/comm.hpp>
@@ -227,6 +228,7 @@ struct Totals {
 struct LocalResult {
   double time_us = 0;
   std::optional<std::uint64_t> wrong;
+  double faults_per_call = 0;  // minor page faults per timed call (filled by measure())
 };
 
 // Ends one table row: the slowest rank's time is the collective's time, wrong
@@ -247,6 +249,41 @@ void report_wrong(const char* tool, const Communicator& comm, DataType dtype, st
 // Fills `out` so that every byte differs from `expected`: an element the
 // collective failed to write cannot pass the check by accident.
 void poison(std::span<std::byte> out, std::span<const std::byte> expected);
+
+// What a wrong-result report names: the tool, the datatype, the operation
+// (empty for collectives without a reduction) and the row's size in bytes.
+struct RowLabel {
+  const char* tool;
+  DataType dtype;
+  std::optional<ReduceOp> op;
+  std::size_t bytes;
+};
+
+// One placement of a collective (out of place or in place) as measure() runs it.
+struct Placement {
+  const char* name;            // "out-of-place" or "in-place", in wrong-result reports
+  std::function<void()> call;  // one call of the collective
+  // Before warm-up: puts the buffers into the state the timed calls start
+  // from (data that reduces to itself, say). Empty: nothing to do.
+  std::function<void()> prepare_timing;
+  // The check: `result` (this rank's part of the output; empty where this
+  // rank has nothing to check) is poisoned against `expected`, restore_inputs
+  // (empty: nothing to do) puts back the inputs that share the output buffer,
+  // `call` runs once, and the elements of `result` that differ from `expected`
+  // are counted.
+  std::span<std::byte> result;
+  std::span<const std::byte> expected;
+  std::function<void()> restore_inputs;
+};
+
+// Measures one placement for one table row, the same way in every tool:
+// opts.warmup_iters untimed calls, a barrier so that the ranks start the
+// timed calls together, opts.iters timed calls, then (when opts.check) the
+// check above, whose wrong elements are reported on stderr. Returns this
+// rank's time per call, wrong count and page faults per call: what
+// finish_row takes. Throws InvalidArgument when result and expected differ
+// in size while checking.
+LocalResult measure(Communicator& comm, const ResolvedOptions& opts, const RowLabel& row, const Placement& placement);
 
 struct ToolSpec {
   const char* name;         // e.g. "antdt_allreduce_perf"
