@@ -77,7 +77,7 @@ RequestPtr enqueue(detail::CommImpl& comm, std::function<void()> run, const char
   SuiteState& state = suite(comm);
   ANTDT_CHECK_ARG(!state.in_group(), what,
                   ": non-blocking calls cannot be issued inside a group (the group itself runs at group_end())");
-  return state.enqueue(std::move(run));
+  return state.enqueue(std::move(run), what);
 }
 
 // ---- argument checks (everything is checked before anything is sent) ----

@@ -19,6 +19,7 @@
 #include "collectives/partial_step.hpp"
 #include "collectives/step_timing.hpp"
 #include "core/dtype.hpp"
+#include "collectives/suite.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "scheduler/arbiter.hpp"
@@ -266,6 +267,7 @@ PartialResult partial_step(detail::CommImpl& comm, const void* send, void* recv,
   check_dtype(dtype);
   check_op(op);
   ANTDT_CHECK_ARG(std::isfinite(opts.weight) && opts.weight >= 0, "partial_allreduce: weight must be finite and >= 0, got ",
+  drain_queue(comm);  // queued non-blocking collectives run first, and not alongside it
                   opts.weight);
   ANTDT_CHECK_ARG(static_cast<unsigned>(opts.policy) <= static_cast<unsigned>(LatePolicy::defer),
                   "partial_allreduce: unknown late policy ", static_cast<unsigned>(opts.policy));
@@ -388,6 +390,7 @@ PartialResult partial_finish(detail::CommImpl& comm) {
   comm.check_usable();
   PartialState& st = state_of(comm);
   if (st.run_over) {
+  drain_queue(comm);
     // This rank's last arrival already took part in the finish exchange.
     st.run_over = false;
     st.last_return.reset();

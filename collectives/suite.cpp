@@ -2,8 +2,10 @@
 #include "collectives/suite.hpp"
 
 #include "core/error.hpp"
+#include "core/log.hpp"
 
 #include <algorithm>
+#include <string>
 
 namespace antdt::coll {
 
@@ -11,8 +13,8 @@ namespace antdt::coll {
 // Requests
 // ---------------------------------------------------------------------------
 void RequestBase::finish(std::exception_ptr error) noexcept {
-  finished_ = true;
   error_ = std::move(error);
+  finished_.store(true, std::memory_order_release);
 }
 
 void RequestBase::rethrow_if_failed() const {
@@ -25,17 +27,20 @@ std::exception_ptr RequestBase::detached_error() noexcept {
 }
 
 void QueuedCollective::run_now() noexcept {
+  std::exception_ptr error;
   try {
     run_();
-    finish();
   } catch (...) {
-    finish(std::current_exception());
+    error = std::current_exception();
   }
+  // Released before the outcome is published: once a waiter sees it, the
+  // progress thread no longer touches this request.
   run_ = nullptr;  // releases what the closure holds (v-variant counts)
+  finish(std::move(error));
 }
 
 void QueuedCollective::wait() {
-  if (!finished_) {
+  if (!finished()) {
     ANTDT_ASSERT(suite_ != nullptr);
     suite_->run_queued(this);
   }
@@ -43,6 +48,11 @@ void QueuedCollective::wait() {
 }
 
 bool QueuedCollective::test() {
+  if (suite_ != nullptr && suite_->background()) {
+    if (!finished()) return false;
+    rethrow_if_failed();
+    return true;
+  }
   wait();
   return true;
 }
@@ -58,10 +68,21 @@ void QueuedCollective::detach() noexcept {
 // ---------------------------------------------------------------------------
 SuiteState::SuiteState(detail::CommImpl& comm)
     : comm_(comm),
+      background_(comm.config().progress_thread),
       sends_to_(static_cast<std::size_t>(comm.size()), 0),
       recvs_from_(static_cast<std::size_t>(comm.size()), 0) {}
 
 SuiteState::~SuiteState() {
+  // Everything issued runs before the communicator goes (every rank issued
+  // it, so the peers expect it); after a failure the rest fail at once.
+  if (worker_.joinable()) {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
   // The communicator goes away: requests the caller still holds must not
   // touch it (transfers in flight are cancelled while the transport lives).
   for (auto& weak : live_)
@@ -76,20 +97,92 @@ void SuiteState::track(const std::shared_ptr<detail::RequestState>& request) {
   live_.push_back(request);
 }
 
-std::shared_ptr<detail::RequestState> SuiteState::enqueue(std::function<void()> run) {
-  auto request = std::make_shared<QueuedCollective>(*this, std::move(run));
-  queue_.push_back(request);
+std::shared_ptr<detail::RequestState> SuiteState::enqueue(std::function<void()> run, const char* what) {
+  auto request = std::make_shared<QueuedCollective>(*this, std::move(run), what, issued_ + 1);
   track(request);
+  if (!background_) {
+    ++issued_;
+    queue_.push_back(request);
+    return request;
+  }
+  if (!worker_.joinable()) worker_ = std::thread([this] { progress_loop(); });
+  {
+    std::lock_guard lock(mu_);
+    ++issued_;
+    queue_.push_back(request);
+  }
+  cv_.notify_all();
   return request;
 }
 
-void SuiteState::run_queued(const QueuedCollective* last) {
-  while (!queue_.empty()) {
+void SuiteState::progress_loop() noexcept {
+  log::set_thread_rank(comm_.rank());
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+    if (queue_.empty()) return;  // stopping, and everything issued has run
     std::shared_ptr<QueuedCollective> next = std::move(queue_.front());
     queue_.pop_front();
-    next->run_now();
-    if (next.get() == last) return;
+    running_ = true;
+    lock.unlock();
+    next->run_now();  // never throws: the outcome goes to the request
+    next.reset();
+    lock.lock();
+    running_ = false;
+    ++finished_count_;
+    cv_.notify_all();
   }
+}
+
+void SuiteState::run_queued(const QueuedCollective* last) {
+  if (!background_) {
+    while (!queue_.empty()) {
+      std::shared_ptr<QueuedCollective> next = std::move(queue_.front());
+      queue_.pop_front();
+      next->run_now();
+      if (next.get() == last) return;
+    }
+    return;
+  }
+  if (!worker_.joinable()) return;  // nothing was ever queued
+  auto drained = [&] { return last != nullptr ? last->finished() : queue_.empty() && !running_; };
+  // Bounded by ANTDT_TIMEOUT_MS without progress, not in total: many queued
+  // collectives may together take longer while each finishes in time.
+  const auto timeout = comm_.config().timeout;
+  std::unique_lock lock(mu_);
+  auto deadline = transport::Clock::now() + timeout;
+  std::uint64_t seen = finished_count_;
+  while (!drained()) {
+    if (cv_.wait_until(lock, deadline) == std::cv_status::no_timeout) continue;
+    if (drained()) break;
+    if (finished_count_ != seen) {
+      seen = finished_count_;
+      deadline = transport::Clock::now() + timeout;
+      continue;
+    }
+    lock.unlock();
+    fail_wait(last);
+  }
+}
+
+void SuiteState::fail_wait(const QueuedCollective* last) {
+  std::uint64_t at = 0;
+  {
+    std::lock_guard lock(mu_);
+    at = finished_count_ + 1;
+  }
+  const std::string waited_for =
+      last != nullptr ? cat(last->what(), " (non-blocking call #", last->number(), " of this communicator)")
+                      : cat("the ", issued_, " non-blocking collectives issued before this call");
+  const std::string reason =
+      cat("rank ", comm_.rank(), " timed out after ", comm_.config().timeout.count(),
+          " ms (ANTDT_TIMEOUT_MS) waiting for ", waited_for, ": the progress thread is still in non-blocking call #",
+          at, " and finished nothing meanwhile");
+  // As a blocking collective that times out: the peers learn it at once, and
+  // the progress thread's collective ends (aborted) instead of running on.
+  comm_.mark_failed(Status::timeout, reason);
+  comm_.transport().abort(static_cast<int>(Status::timeout), reason);
+  detail::throw_status(Status::timeout, reason);
 }
 
 std::shared_ptr<Transfer> SuiteState::post_transfer(bool is_send, std::span<std::byte> payload, std::size_t count,
@@ -104,6 +197,14 @@ SuiteState& suite(detail::CommImpl& comm) {
   auto& state = comm.collective_state();
   if (!state) state = std::make_unique<SuiteState>(comm);
   return static_cast<SuiteState&>(*state);
+}
+
+void drain_queue(detail::CommImpl& comm) {
+  // Caller mode: nothing runs alongside the caller, and partial steps keep
+  // their old rule (they do not run queued collectives first).
+  if (!comm.collective_state()) return;
+  SuiteState& state = suite(comm);
+  if (state.background()) state.run_queued();
 }
 
 }  // namespace antdt::coll

@@ -3,13 +3,26 @@
 //
 // Non-blocking collectives are queued and run in issue order (ranks call
 // collectives in the same order, so running them later, in that order, is
-// correct): when a request is waited for or tested, when the communicator's
-// next blocking collective runs, or at group_end(). There is no background
-// progress in this version, so no overlap of a collective with computation.
+// correct). Who runs them depends on ANTDT_ASYNC_PROGRESS:
+// * thread (Config::progress_thread): a progress thread per communicator,
+//   started at the first queued collective and joined when the communicator
+//   goes, runs them while the caller computes. test() only reports; wait()
+//   sleeps on a condition variable. Anything else that uses the communicator's
+//   collective resources (sequence numbers, slot pool, scratch, shared-memory
+//   mailbox) first waits until the queue has drained and then runs on the
+//   caller's thread: blocking collectives, group_end(), partial collectives,
+//   push-pull, the communicator's destruction. So only one thread runs
+//   collectives at a time.
+// * caller: they run on the caller's thread when a request is waited for or
+//   tested, when the communicator's next blocking collective runs, or at
+//   group_end(); no overlap with computation.
 //
 // Point-to-point transfers are posted when they are issued (tag kind
 // point_to_point: they never match a collective's messages) and numbered per
-// peer, so both sides of a pair agree on each transfer's sequence number.
+// peer, so both sides of a pair agree on each transfer's sequence number. They
+// do not wait for the queue: they use their own slots and sequence numbers,
+// and both transports accept posts from one thread while another waits
+// (docs/collectives.md#requests says why they are not queued).
 //
 // Group calls record the collectives issued between group_start() and
 // group_end(); group_end() runs them, allreduces fused into one pass per
@@ -20,13 +33,17 @@
 #include "collectives/call.hpp"
 #include "core/communicator.hpp"
 
+#include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <thread>
 #include <vector>
 
 namespace antdt::detail {
@@ -54,14 +71,16 @@ class SuiteState;
 class RequestBase : public detail::RequestState {
  public:
   bool cancelled() const noexcept override { return cancelled_; }
+  bool finished() const noexcept { return finished_.load(std::memory_order_acquire); }
 
  protected:
+  // Sets the outcome, then publishes it: a thread that sees finished() sees the error too.
   void finish(std::exception_ptr error = nullptr) noexcept;
-  bool finished() const noexcept { return finished_; }
   void rethrow_if_failed() const;
   static std::exception_ptr detached_error() noexcept;
 
-  bool finished_ = false;
+  // Atomic: a queued collective is finished by the progress thread while the caller tests it.
+  std::atomic<bool> finished_{false};
   bool cancelled_ = false;
   std::exception_ptr error_;
 };
@@ -69,17 +88,24 @@ class RequestBase : public detail::RequestState {
 // A collective issued by a non-blocking call: runs in issue order.
 class QueuedCollective final : public RequestBase {
  public:
-  QueuedCollective(SuiteState& suite, std::function<void()> run) : suite_(&suite), run_(std::move(run)) {}
-  bool test() override;  // runs it (and everything queued before it) to completion
+  QueuedCollective(SuiteState& suite, std::function<void()> run, const char* what, std::uint64_t number)
+      : suite_(&suite), run_(std::move(run)), what_(what), number_(number) {}
+  // Progress thread: reports whether it has run. Caller mode: runs it (and
+  // everything queued before it) to completion.
+  bool test() override;
   void wait() override;
   bool cancel() override { return false; }  // every rank expects it: it runs in order regardless
   void detach() noexcept override;
   // Called by the queue, in issue order.
   void run_now() noexcept;
+  const char* what() const noexcept { return what_; }      // "iallreduce"
+  std::uint64_t number() const noexcept { return number_; }  // 1, 2, ... in issue order
 
  private:
   SuiteState* suite_;  // null once detached
   std::function<void()> run_;
+  const char* what_;
+  std::uint64_t number_;
 };
 
 // One send or receive with a peer, posted when issued.
@@ -118,10 +144,16 @@ class SuiteState final : public detail::CollectiveState {
 
   detail::CommImpl& comm() noexcept { return comm_; }
 
-  // Non-blocking collectives.
-  std::shared_ptr<detail::RequestState> enqueue(std::function<void()> run);
-  // Runs queued collectives in order, up to and including `last` (all when null).
+  // Non-blocking collectives. `what` names the call in errors (a string literal).
+  std::shared_ptr<detail::RequestState> enqueue(std::function<void()> run,
+                                                const char* what = "non-blocking collective");
+  // Returns once the queued collectives up to and including `last` (all when
+  // null) have run: runs them here in caller mode; waits for the progress
+  // thread otherwise (then the progress thread is idle when `last` is null).
+  // The wait is bounded by ANTDT_TIMEOUT_MS without any collective finishing:
+  // then the communicator is failed and aborted, and TimeoutError names `last`.
   void run_queued(const QueuedCollective* last = nullptr);
+  bool background() const noexcept { return background_; }
 
   // Point-to-point sequence numbers (1, 2, ... per peer and direction).
   std::uint64_t next_send_seq(int peer) { return ++sends_to_.at(static_cast<std::size_t>(peer)); }
@@ -140,9 +172,21 @@ class SuiteState final : public detail::CollectiveState {
  private:
   void track(const std::shared_ptr<detail::RequestState>& request);
   void run_grouped();
+  void progress_loop() noexcept;  // the progress thread
+  [[noreturn]] void fail_wait(const QueuedCollective* last);
 
   detail::CommImpl& comm_;
+  const bool background_;  // ANTDT_ASYNC_PROGRESS=thread
+  // Guards queue_, running_, finished_count_ and stopping_; cv_ wakes the
+  // progress thread (work or stop) and the callers waiting for it (a collective finished).
+  std::mutex mu_;
+  std::condition_variable cv_;
   std::deque<std::shared_ptr<QueuedCollective>> queue_;
+  std::uint64_t issued_ = 0;          // non-blocking collectives issued so far
+  std::uint64_t finished_count_ = 0;  // ... and run to their end by the progress thread
+  bool running_ = false;              // the progress thread is inside a collective
+  bool stopping_ = false;             // the communicator goes: drain the queue, then exit
+  std::thread worker_;                // started with the first queued collective
   std::vector<std::weak_ptr<detail::RequestState>> live_;  // every request still referenced by the caller
   std::vector<std::uint64_t> sends_to_, recvs_from_;
   int group_depth_ = 0;
@@ -153,6 +197,11 @@ class SuiteState final : public detail::CollectiveState {
 
 // The communicator's suite state (created on first use).
 SuiteState& suite(detail::CommImpl& comm);
+// For calls outside the suite that use the communicator's collective resources
+// (partial collectives): with the progress thread, returns once every queued
+// non-blocking collective has run (SuiteState::run_queued). Nothing to do in
+// caller mode (nothing runs alongside the caller) or when the suite was never used.
+void drain_queue(detail::CommImpl& comm);
 
 // A blocking send or receive, outside any group (sendrecv.cpp).
 void transfer_now(detail::CommImpl& comm, bool is_send, std::span<std::byte> payload, std::size_t count,

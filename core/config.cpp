@@ -180,6 +180,7 @@ constexpr std::array<std::pair<std::string_view, GpuPath>, 3> kGpuPaths{{
 constexpr std::array<std::pair<std::string_view, ProgressMode>, 3> kProgressModes{{
     {"auto", ProgressMode::automatic}, {"spin", ProgressMode::spin}, {"wake", ProgressMode::wake}}};
 constexpr std::array<std::pair<std::string_view, BindMode>, 4> kBindModes{{
+constexpr std::array<std::pair<std::string_view, bool>, 2> kAsyncProgress{{{"thread", true}, {"caller", false}}};
     {"auto", BindMode::automatic}, {"none", BindMode::none}, {"cores", BindMode::cores}, {"numa", BindMode::numa}}};
 constexpr std::array<std::pair<std::string_view, std::string_view>, 3> kDdsShuffles{{
     {"samples", "samples"}, {"blocks", "blocks"}, {"none", "none"}}};
@@ -345,6 +346,7 @@ Config Config::from_env(const Lookup& lookup) {
   if (auto v = env.integer("ANTDT_LOCAL_RANK", 0, INT_MAX - 1, "rank on this node")) c.local_rank = static_cast<int>(*v);
   if (auto v = env.integer("ANTDT_LOCAL_SIZE", 1, INT_MAX, "ranks on this node")) c.local_size = static_cast<int>(*v);
   if (c.rank && c.world_size && *c.rank >= *c.world_size) {
+  if (auto v = env.choice("ANTDT_ASYNC_PROGRESS", kAsyncProgress)) c.progress_thread = *v;
     raise<ConfigError>("ANTDT_RANK='", *c.rank, "' is invalid: expected an integer in [0, ", *c.world_size - 1,
                        "] because ANTDT_WORLD_SIZE=", *c.world_size);
   }
@@ -452,6 +454,7 @@ std::vector<std::string> Config::describe() const {
   lines.push_back(cat("ANTDT_ROOT=", root.empty() ? "(unset)" : root));
   lines.push_back(cat("ANTDT_SECRET=", secret.empty() ? "(unset)" : "(set, not shown)"));
   lines.push_back(cat("ANTDT_BOOTSTRAP_DIR=", bootstrap_dir));
+  lines.push_back(cat("ANTDT_ASYNC_PROGRESS=", name_of(progress_thread, kAsyncProgress)));
   lines.push_back(cat("ANTDT_MONITOR_WINDOW=", monitor_window));
   lines.push_back(cat("ANTDT_MONITOR_ALPHA=", monitor_alpha));
   lines.push_back(cat("ANTDT_MONITOR_THETA=", monitor_theta));

@@ -164,11 +164,16 @@ namespace detail { class RequestState; }
 // A non-blocking operation started by one of Communicator's i* methods. Its
 // buffers must stay valid, and unread/unwritten by the caller, until it completed.
 //
-// This version has no background progress (overlap comes in a later version):
-// a non-blocking collective is queued, and runs, in issue order, when it or a
-// later request is waited for or tested, or when the communicator's next
-// blocking collective or group_end() runs. isend/irecv post their transfer at
-// once; it completes while the peer takes part.
+// A non-blocking collective is queued and runs in issue order. With
+// ANTDT_ASYNC_PROGRESS=thread (the default) the communicator's progress thread
+// runs it while the caller computes; test() only reports, wait() sleeps until
+// it ran; blocking collectives, group_end(), partial collectives, push-pull
+// and destruction first wait for everything queued before them. With
+// ANTDT_ASYNC_PROGRESS=caller it runs when it or a later request is waited for
+// or tested, or when the communicator's next blocking collective or
+// group_end() runs. isend/irecv post their transfer at once; it completes
+// while the peer takes part. A failure in the background fails the
+// communicator: the request's wait()/test() and the next blocking call throw it.
 // Every blocking wait is bounded by ANTDT_TIMEOUT_MS (TimeoutError).
 class ANTDT_API Request {
  public:
@@ -180,8 +185,9 @@ class ANTDT_API Request {
   Request(Request&&) noexcept;
   Request& operator=(Request&&) noexcept;
 
-  // True once the operation completed. Never blocks for a transfer; a queued
-  // collective is run to completion first (see above). Throws the operation's error.
+  // True once the operation completed. Never blocks for a transfer, nor for a
+  // collective with the progress thread; in caller mode a queued collective is
+  // run to completion first (see above). Throws the operation's error.
   bool test();
   // Returns once the operation completed; throws its error (every time it is asked).
   void wait();

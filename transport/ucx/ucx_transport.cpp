@@ -239,6 +239,17 @@ class UcxTransport final : public Transport {
     }
     WorkerLock(const WorkerLock&) = delete;
     WorkerLock& operator=(const WorkerLock&) = delete;
+    // Lets other threads post and drive while this one sleeps in poll(); every
+    // release() is followed by reacquire() before the lock goes out of scope.
+    void release() {
+      t_.holder_.store(std::thread::id{}, std::memory_order_relaxed);
+      t_.worker_mu_.unlock();
+      t_.drain_abort_sends();
+    }
+    void reacquire() {
+      t_.worker_mu_.lock();
+      t_.holder_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    }
 
    private:
     UcxTransport& t_;
@@ -259,6 +270,7 @@ class UcxTransport final : public Transport {
   unsigned drive();
   void handle_events();
   void block(Deadline deadline, Clock::time_point now);
+  void sleep_on_events(Deadline deadline, Clock::time_point now);  // poll() on the armed worker's descriptor
   bool progress_until(const Completion& op, Deadline until);
   bool progress_until_complete(void* request, Deadline until);
   void post_control_recv();
@@ -310,6 +322,9 @@ class UcxTransport final : public Transport {
 
   std::mutex worker_mu_;
   std::atomic<std::thread::id> holder_{};
+  // Threads in wait() sleeping without the worker lock: whoever drives events
+  // meanwhile signals the worker, as their completions may be among them.
+  std::atomic<int> sleepers_{0};
   WorkerPtr worker_;
   int event_fd_ = -1;
 };
@@ -644,6 +659,8 @@ unsigned UcxTransport::drive() {
     if (n == 0) break;
   }
   handle_events();
+  // Another thread asleep in wait() may have had its operations among these events.
+  if (events > 0 && sleepers_.load(std::memory_order_acquire) > 0) ucp_worker_signal(worker_.get());
   return events;
 }
 
@@ -665,6 +682,10 @@ void UcxTransport::block(Deadline deadline, Clock::time_point now) {
   const ucs_status_t armed = ucp_worker_arm(worker_.get());
   if (armed == UCS_ERR_BUSY) return;
   check_ucs(armed, "ucp_worker_arm");
+  sleep_on_events(deadline, now);
+}
+
+void UcxTransport::sleep_on_events(Deadline deadline, Clock::time_point now) {
   const auto slice = std::min<Clock::duration>(deadline - now, kPollSlice);
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(slice).count();
   pollfd fd{event_fd_, POLLIN, 0};
@@ -697,7 +718,23 @@ WaitResult UcxTransport::wait(std::span<Completion* const> ops, Deadline deadlin
       sched_yield();
       continue;
     }
-    block(deadline, now);
+    // Sleep without holding the worker: a communicator's progress thread may
+    // be waiting here for a whole collective while the caller posts and tests
+    // point-to-point transfers on the same worker.
+    const ucs_status_t armed = ucp_worker_arm(worker_.get());
+    if (armed == UCS_ERR_BUSY) continue;  // events arrived meanwhile: drive them first
+    check_ucs(armed, "ucp_worker_arm");
+    sleepers_.fetch_add(1, std::memory_order_acq_rel);
+    lock.release();
+    try {
+      sleep_on_events(deadline, now);
+    } catch (...) {
+      lock.reacquire();
+      sleepers_.fetch_sub(1, std::memory_order_acq_rel);
+      throw;
+    }
+    lock.reacquire();
+    sleepers_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
