@@ -9,9 +9,15 @@
 // the weighted average) to every worker.
 // partial_push(key): one partial step (collectives/partial_step.hpp) whose
 // contributors aggregate the key's partitions among themselves the same way.
+// Device buffers (docs/pushpull.md#device-buffers): a worker's pushed tensor
+// is downloaded into a host copy segment by segment, each segment's pieces
+// sent as soon as they have landed; a pulled result is received into a host
+// copy and uploaded segment by segment as its pieces arrive. Servers keep
+// their aggregates in host memory either way.
 #include "collectives/pushpull.hpp"
 
 #include "collectives/collectives.hpp"
+#include "collectives/device_collectives.hpp"
 #include "collectives/partial_step.hpp"
 #include "collectives/suite.hpp"
 #include "core/dtype.hpp"
@@ -306,9 +312,13 @@ class PushPullState {
                     " with count ", e.spec.count);
   }
 
-  void push(std::size_t ki, const std::byte* data, double weight);
-  void pull(std::size_t ki, std::byte* out, ReduceOp op);
-  PartialResult partial_push(std::size_t ki, const void* data, void* result, ReduceOp op, const PartialOptions& opts);
+  // `stream`: a cudaStream_t (nullptr: the legacy default stream) that a
+  // call on a device buffer is ordered after and makes wait for it; with host
+  // buffers, a non-null stream is synchronised first.
+  void push(std::size_t ki, const std::byte* data, double weight, void* stream);
+  void pull(std::size_t ki, std::byte* out, ReduceOp op, void* stream);
+  PartialResult partial_push(std::size_t ki, const void* data, void* result, ReduceOp op, const PartialOptions& opts,
+                             void* stream);
 
  private:
   // This server's element range [lo, hi) of one key: its pieces
@@ -334,28 +344,48 @@ class PushPullState {
   std::vector<double> remote_weights_;   // weights received, by worker index
   std::vector<std::byte> partial_acc_;   // grow-only: a partial step's aggregate of this rank's partitions
   std::vector<std::size_t> recv_index_;  // grow-only: per contributor, where its receives start
+  std::vector<std::byte> device_copy_;   // grow-only: host copy of a worker's device tensor (push or pull)
 };
 
-void PushPullState::push(std::size_t ki, const std::byte* data, double weight) {
+void PushPullState::push(std::size_t ki, const std::byte* device_or_host_data, double weight, void* stream) {
   const auto& e = layout_.keys[ki];
   const auto pieces = layout_.pieces_of(ki);
   if (pieces.empty()) return;
   const int me = comm_.rank();
+  // A worker's device tensor is sent from a host copy (a dedicated server's data is ignored).
+  const bool on_device = worker_ && coll::device::is_device_call(device_or_host_data, nullptr);
+  if (worker_ && !on_device) coll::device::synchronize_host_call(comm_, stream, "push");
+  std::optional<coll::device::StagedCall> device;
+  const std::byte* data = device_or_host_data;
+  if (on_device) {
+    device.emplace(comm_, device_or_host_data, stream, "push");
+    if (device_copy_.size() < e.spec.count * e.esize) device_copy_.resize(e.spec.count * e.esize);
+    data = device_copy_.data();
+  }
   Signature sig{Kind::push, e.spec.count, e.spec.dtype, ReduceOp::sum, -1, Algo::none};
   sig.layout = key_salt(e.spec.key, 1);
   Call call(comm_, sig);
   std::size_t index = 0;
-  // 1. As a worker: to each other server, the weight, then the pieces it serves.
+  // 1. As a worker: to each other server, the weight, then the pieces it
+  //    serves, in element order; a piece is sent once data[0, ready) holds it.
   if (worker_) {
     own_weight_ = weight;
     const auto weight_bytes = std::as_bytes(std::span(&own_weight_, 1));
     int previous = -1;
-    for (const auto& p : pieces) {
-      if (p.server == me) continue;
-      if (p.server != previous) call.send(index++, p.server, weight_bytes);
-      previous = p.server;
-      call.send(index++, p.server, std::span(data + p.first * e.esize, p.count * e.esize));
-    }
+    std::size_t next = 0;  // the first piece not sent yet
+    const auto send_ready = [&](std::size_t ready) {
+      for (; next < pieces.size() && (pieces[next].first + pieces[next].count) * e.esize <= ready; ++next) {
+        const auto& p = pieces[next];
+        if (p.server == me) continue;
+        if (p.server != previous) call.send(index++, p.server, weight_bytes);
+        previous = p.server;
+        call.send(index++, p.server, std::span(data + p.first * e.esize, p.count * e.esize));
+      }
+    };
+    if (on_device)
+      device->download(device_or_host_data, std::span(device_copy_.data(), e.spec.count * e.esize), send_ready);
+    else
+      send_ready(e.spec.count * e.esize);
   }
   // 2. As a server: every receive posted at once, then each piece added in worker rank order.
   auto& sh = shards_[ki];
@@ -410,18 +440,30 @@ void PushPullState::push(std::size_t ki, const std::byte* data, double weight) {
     sh.result_op.reset();
   }
   call.wait_all();
+  if (device) device->finish();
 }
 
-void PushPullState::pull(std::size_t ki, std::byte* out, ReduceOp op) {
+void PushPullState::pull(std::size_t ki, std::byte* device_or_host_out, ReduceOp op, void* stream) {
   const auto& e = layout_.keys[ki];
   const auto pieces = layout_.pieces_of(ki);
   if (pieces.empty()) return;
   const int me = comm_.rank();
+  // A worker's device result is received into a host copy, then uploaded.
+  const bool on_device = worker_ && coll::device::is_device_call(nullptr, device_or_host_out);
+  if (worker_ && !on_device) coll::device::synchronize_host_call(comm_, stream, "pull");
+  std::optional<coll::device::StagedCall> device;
+  std::byte* out = device_or_host_out;
+  if (on_device) {
+    device.emplace(comm_, device_or_host_out, stream, "pull");
+    if (device_copy_.size() < e.spec.count * e.esize) device_copy_.resize(e.spec.count * e.esize);
+    out = device_copy_.data();
+  }
   Signature sig{Kind::pull, e.spec.count, e.spec.dtype, op, -1, Algo::none};
   sig.layout = key_salt(e.spec.key, 2);
   Call call(comm_, sig);
   std::size_t index = 0;
-  // 1. As a worker: every receive from the other servers, straight into out.
+  // 1. As a worker: every receive from the other servers, straight into out
+  //    (receive k is the k-th piece served by another rank).
   if (worker_) {
     for (const auto& p : pieces)
       if (p.server != me) call.recv(index++, p.server, std::span(out + p.first * e.esize, p.count * e.esize));
@@ -449,7 +491,18 @@ void PushPullState::pull(std::size_t ki, std::byte* out, ReduceOp op) {
     if (worker_) std::memcpy(out + sh.lo * e.esize, src, n * e.esize);
     sh.round_open = false;
   }
+  // 3. A device result: each segment is uploaded once the pieces it overlaps
+  //    have arrived, while the next pieces are still being received.
+  if (on_device) {
+    std::size_t next = 0, receive = 0;  // the first piece not waited for; its receive's index
+    device->upload(device_or_host_out, std::span(device_copy_.data(), e.spec.count * e.esize),
+                   [&](std::size_t, std::size_t end) {
+                     for (; next < pieces.size() && pieces[next].first * e.esize < end; ++next)
+                       if (pieces[next].server != me) call.wait(receive++);
+                   });
+  }
   call.wait_all();
+  if (device) device->finish();
 }
 
 // A partial step's data movement: the key's partitions spread by range over
@@ -525,7 +578,7 @@ void PushPullState::partial_reduce(Call& call, std::size_t ki, ReduceOp op,
 }
 
 PartialResult PushPullState::partial_push(std::size_t ki, const void* data, void* result, ReduceOp op,
-                                          const PartialOptions& opts) {
+                                          const PartialOptions& opts, void* stream) {
   const auto& e = layout_.keys[ki];
   if (layout_.workers.size() != static_cast<std::size_t>(comm_.size()) ||
       layout_.servers.size() != static_cast<std::size_t>(comm_.size()))
@@ -540,8 +593,22 @@ PartialResult PushPullState::partial_push(std::size_t ki, const void* data, void
                                                     const std::byte* send, std::byte* out) {
     partial_reduce(call, ki, op, contributors, send, out);
   };
-  return coll::partial_step(comm_, data, result, e.spec.count, e.spec.dtype, op, opts,
-                            coll::PartialStepKind{key_salt(e.spec.key, 3), &reduce});
+  const auto step = [&](const void* send, void* out) {
+    return coll::partial_step(comm_, send, out, e.spec.count, e.spec.dtype, op, opts,
+                              coll::PartialStepKind{key_salt(e.spec.key, 3), &reduce});
+  };
+  if (!coll::device::is_device_call(data, result)) {
+    coll::device::synchronize_host_call(comm_, stream, "partial_push");
+    return step(data, result);
+  }
+  // Device buffers are staged whole: the step's contributors and the share
+  // this rank aggregates are known only once the arbiter has closed the step.
+  // result is downloaded too: a step may leave it as it was.
+  const std::size_t bytes = e.spec.count * e.esize;
+  PartialResult outcome;
+  coll::device::run_staged(comm_, data, data != nullptr ? bytes : 0, result, bytes, true, stream,
+                           [&](const std::byte* send, std::byte* out) { outcome = step(send, out); });
+  return outcome;
 }
 
 }  // namespace antdt::detail
@@ -607,42 +674,60 @@ std::vector<PushPullPartition> PushPull::partitions(std::uint64_t key) const {
   return out;
 }
 
-void PushPull::push(std::uint64_t key, const void* data, double weight) {
+void PushPull::push(std::uint64_t key, const void* data, double weight) { push(key, data, weight, nullptr); }
+
+void PushPull::push(std::uint64_t key, const void* data, double weight, void* stream) {
   const std::size_t ki = state_->layout().key_index(key);
   state_->check_push(ki, data, weight);
   state_->comm().check_usable();
   // A call recorded in a group keeps the state alive until group_end() runs it.
-  run_or_record(state_->comm(),
-                [st = state_, ki, data, weight] { st->push(ki, static_cast<const std::byte*>(data), weight); });
+  run_or_record(state_->comm(), [st = state_, ki, data, weight, stream] {
+    st->push(ki, static_cast<const std::byte*>(data), weight, stream);
+  });
 }
 
-void PushPull::pull(std::uint64_t key, void* out, ReduceOp op) {
+void PushPull::pull(std::uint64_t key, void* out, ReduceOp op) { pull(key, out, op, nullptr); }
+
+void PushPull::pull(std::uint64_t key, void* out, ReduceOp op, void* stream) {
   const std::size_t ki = state_->layout().key_index(key);
   state_->check_pull(ki, out, op);
   state_->comm().check_usable();
-  run_or_record(state_->comm(), [st = state_, ki, out, op] { st->pull(ki, static_cast<std::byte*>(out), op); });
+  run_or_record(state_->comm(),
+                [st = state_, ki, out, op, stream] { st->pull(ki, static_cast<std::byte*>(out), op, stream); });
 }
 
 Request PushPull::ipush(std::uint64_t key, const void* data, double weight) {
+  return ipush(key, data, weight, nullptr);
+}
+
+Request PushPull::ipush(std::uint64_t key, const void* data, double weight, void* stream) {
   const std::size_t ki = state_->layout().key_index(key);
   state_->check_push(ki, data, weight);
   // The request keeps the state alive: it may run after this object is gone.
-  return enqueue(state_->comm(), [st = state_, ki, data, weight] {
-    st->push(ki, static_cast<const std::byte*>(data), weight);
+  return enqueue(state_->comm(), [st = state_, ki, data, weight, stream] {
+    st->push(ki, static_cast<const std::byte*>(data), weight, stream);
   }, "ipush");
 }
 
-Request PushPull::ipull(std::uint64_t key, void* out, ReduceOp op) {
+Request PushPull::ipull(std::uint64_t key, void* out, ReduceOp op) { return ipull(key, out, op, nullptr); }
+
+Request PushPull::ipull(std::uint64_t key, void* out, ReduceOp op, void* stream) {
   const std::size_t ki = state_->layout().key_index(key);
   state_->check_pull(ki, out, op);
-  return enqueue(state_->comm(), [st = state_, ki, out, op] { st->pull(ki, static_cast<std::byte*>(out), op); },
+  return enqueue(state_->comm(),
+                 [st = state_, ki, out, op, stream] { st->pull(ki, static_cast<std::byte*>(out), op, stream); },
                  "ipull");
 }
 
 PartialResult PushPull::partial_push(std::uint64_t key, const void* data, void* result, ReduceOp op,
                                      const PartialOptions& opts) {
+  return partial_push(key, data, result, op, opts, nullptr);
+}
+
+PartialResult PushPull::partial_push(std::uint64_t key, const void* data, void* result, ReduceOp op,
+                                     const PartialOptions& opts, void* stream) {
   const std::size_t ki = state_->layout().key_index(key);
-  return state_->partial_push(ki, data, result, op, opts);
+  return state_->partial_push(ki, data, result, op, opts, stream);
 }
 
 }  // namespace antdt

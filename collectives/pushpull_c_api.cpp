@@ -66,15 +66,29 @@ antdtStatus_t antdtPushPullDestroy(antdtPushPull_t pp) {
 }
 
 antdtStatus_t antdtPush(antdtPushPull_t pp, uint64_t key, const void* data, double weight) {
-  return antdt::detail::c_api_guarded([&] { unwrap(pp).push(key, data, weight); });
+  return antdtPushStream(pp, key, data, weight, nullptr);
+}
+
+antdtStatus_t antdtPushStream(antdtPushPull_t pp, uint64_t key, const void* data, double weight, void* stream) {
+  return antdt::detail::c_api_guarded([&] { unwrap(pp).push(key, data, weight, stream); });
 }
 
 antdtStatus_t antdtPull(antdtPushPull_t pp, uint64_t key, void* out, antdtReduceOp_t op) {
-  return antdt::detail::c_api_guarded([&] { unwrap(pp).pull(key, out, to_op(op)); });
+  return antdtPullStream(pp, key, out, op, nullptr);
+}
+
+antdtStatus_t antdtPullStream(antdtPushPull_t pp, uint64_t key, void* out, antdtReduceOp_t op, void* stream) {
+  return antdt::detail::c_api_guarded([&] { unwrap(pp).pull(key, out, to_op(op), stream); });
 }
 
 antdtStatus_t antdtPartialPush(antdtPushPull_t pp, uint64_t key, const void* data, void* result, antdtReduceOp_t op,
                                const antdtPartialOptions* opts, antdtPartialResult* result_info) {
+  return antdtPartialPushStream(pp, key, data, result, op, opts, result_info, nullptr);
+}
+
+antdtStatus_t antdtPartialPushStream(antdtPushPull_t pp, uint64_t key, const void* data, void* result,
+                                     antdtReduceOp_t op, const antdtPartialOptions* opts,
+                                     antdtPartialResult* result_info, void* stream) {
   return antdt::detail::c_api_guarded([&] {
     ANTDT_CHECK_ARG(opts != nullptr, "partial options pointer is null");
     ANTDT_CHECK_ARG(opts->struct_size >= sizeof(antdtPartialOptions), "antdtPartialOptions.struct_size is ",
@@ -84,7 +98,7 @@ antdtStatus_t antdtPartialPush(antdtPushPull_t pp, uint64_t key, const void* dat
                     ", expected at least ", sizeof(antdtPartialResult));
     antdt::PartialOptions o{static_cast<antdt::LatePolicy>(opts->policy), opts->weight, opts->staleness,
                             opts->samples};
-    const antdt::PartialResult r = unwrap(pp).partial_push(key, data, result, to_op(op), o);
+    const antdt::PartialResult r = unwrap(pp).partial_push(key, data, result, to_op(op), o, stream);
     if (result_info == nullptr) return;
     result_info->step = r.step;
     result_info->fate = static_cast<antdtFate_t>(r.fate);

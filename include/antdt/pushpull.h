@@ -44,6 +44,20 @@ ANTDT_API antdtStatus_t antdtPartialPush(antdtPushPull_t pp, uint64_t key, const
                                          antdtReduceOp_t op, const antdtPartialOptions* opts,
                                          antdtPartialResult* result_info);
 
+/* Device buffers (docs/pushpull.md#device-buffers): data, out and result may be device memory
+ * (cudaMalloc) in every call above. Such a call is ordered after the work already enqueued on a
+ * CUDA stream and makes that stream wait for its result: the functions above use the legacy default
+ * stream, the ones below take a cudaStream_t (as void*; NULL: the legacy default stream).
+ * Synchronise the stream before reading a pulled result on the host. With host buffers and a
+ * non-NULL stream, the stream's work is waited for first. */
+ANTDT_API antdtStatus_t antdtPushStream(antdtPushPull_t pp, uint64_t key, const void* data, double weight,
+                                        void* stream);
+ANTDT_API antdtStatus_t antdtPullStream(antdtPushPull_t pp, uint64_t key, void* out, antdtReduceOp_t op,
+                                        void* stream);
+ANTDT_API antdtStatus_t antdtPartialPushStream(antdtPushPull_t pp, uint64_t key, const void* data, void* result,
+                                               antdtReduceOp_t op, const antdtPartialOptions* opts,
+                                               antdtPartialResult* result_info, void* stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,4 +1,5 @@
-// AntDT comm — push-pull (parameter-server mode), C++ API. See docs/collectives.md#push-pull.
+// AntDT comm — push-pull (parameter-server mode), C++ API. See docs/collectives.md#push-pull
+// and docs/pushpull.md (device buffers).
 //
 // A PushPull serves a table of keys over a Communicator. Each key is one
 // tensor (count elements of one dtype), the table identical on every rank.
@@ -18,6 +19,17 @@
 // communicator's checked calls: a rank whose table differs fails the
 // constructor with MismatchError on every rank, and every wait is bounded by
 // ANTDT_TIMEOUT_MS.
+//
+// Device buffers (docs/pushpull.md#device-buffers): data, out and result may
+// be device memory (cudaMalloc), as in the collectives. Such a call is
+// ordered after the work already enqueued on a CUDA stream (the legacy
+// default stream, or the one named by the overloads taking `void* stream`)
+// and makes that stream wait for its result (as NCCL does): synchronise the
+// stream before reading a pulled result on the host. The data moves through
+// pinned host memory; the servers' aggregates stay in host memory. Each rank
+// and each call may place its buffers as it likes (device push, host pull;
+// one rank on device memory, another on host memory). With host buffers and
+// a non-null stream, the stream's work is waited for first.
 #pragma once
 
 #include <antdt/comm.hpp>
@@ -100,6 +112,17 @@ class ANTDT_API PushPull {
   // this call's contribution. End a run with Communicator::partial_finish().
   PartialResult partial_push(std::uint64_t key, const void* data, void* result, ReduceOp op = ReduceOp::avg,
                              const PartialOptions& opts = {});
+
+  // The same calls on a named CUDA stream (a cudaStream_t; nullptr: the
+  // legacy default stream), for device buffers (see the top of this file).
+  // Host waits are bounded by ANTDT_TIMEOUT_MS. A queued ipush/ipull is
+  // ordered after the stream's work as of when it runs.
+  void push(std::uint64_t key, const void* data, double weight, void* stream);
+  void pull(std::uint64_t key, void* out, ReduceOp op, void* stream);
+  Request ipush(std::uint64_t key, const void* data, double weight, void* stream);
+  Request ipull(std::uint64_t key, void* out, ReduceOp op, void* stream);
+  PartialResult partial_push(std::uint64_t key, const void* data, void* result, ReduceOp op,
+                             const PartialOptions& opts, void* stream);
 
  private:
   std::shared_ptr<detail::PushPullState> state_;  // shared with queued non-blocking calls

@@ -1,5 +1,6 @@
-// The logic of collectives on device buffers (collectives/device_plan.*,
-// collectives/device_collectives.*), run on any machine: a fake DeviceBackend
+// The logic of collectives and push-pull on device buffers
+// (collectives/device_plan.*, collectives/device_collectives.*,
+// collectives/pushpull.cpp), run on any machine: a fake DeviceBackend
 // whose "device" memory is host memory registered with it, and whose copies
 // and reductions run only when the code waits for them (or polls a staging
 // slot), in order, as on a CUDA stream. A missing wait, a slot reused too
@@ -8,13 +9,18 @@
 #include "comm_fixture.hpp"
 #include "reference.hpp"
 
+#include <antdt/pushpull.h>
+#include <antdt/pushpull.hpp>
+
 #include "collectives/device_collectives.hpp"
 #include "collectives/device_plan.hpp"
+#include "core/c_api.hpp"
 #include "core/dtype.hpp"
 #include "cuda/device_work.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <deque>
@@ -42,7 +48,7 @@ class FakeDevice;
 // a staging slot (everything up to that slot's last operation).
 class FakeWork final : public cuda::DeviceWork, public cuda::CopyEngine {
  public:
-  FakeWork(FakeDevice& device, std::deque<std::function<void()>> earlier);
+  FakeWork(FakeDevice& device, const void* stream_key, std::deque<std::function<void()>> earlier);
   ~FakeWork() override;
 
   // DeviceWork
@@ -121,6 +127,7 @@ class FakeWork final : public cuda::DeviceWork, public cuda::CopyEngine {
   }
 
   FakeDevice& device_;
+  const void* stream_key_;  // the caller's stream (FakeDevice::key_of)
   std::deque<std::function<void()>> queue_;
   std::size_t enqueued_ = 0, executed_ = 0;
   std::shared_ptr<std::vector<std::vector<std::byte>>> slots_;
@@ -144,10 +151,18 @@ class FakeDevice final : public cuda::DeviceBackend {
     std::lock_guard lock(mu_);
     no_export_.insert(p);
   }
-  // The caller's stream synchronised: runs this thread's operations still pending.
-  void drain_this_thread() {
-    std::deque<std::function<void()>> pending = take_pending();
+  // The caller's stream synchronised: runs the operations still pending on
+  // it (this thread's legacy default stream, or a named stream).
+  void drain_this_thread() { drain_stream(nullptr); }
+  void drain_stream(void* stream) {
+    std::deque<std::function<void()>> pending = take_pending(key_of(stream));
     for (auto& op : pending) op();
+  }
+  // Pending work is kept per caller's stream: a named stream's own key, or,
+  // for the legacy default stream, the calling thread (each rank is a thread).
+  static const void* key_of(const void* stream) {
+    static thread_local const char this_thread = 0;
+    return stream != nullptr ? stream : &this_thread;
   }
 
   bool is_device(const void* p) override {
@@ -157,10 +172,10 @@ class FakeDevice final : public cuda::DeviceBackend {
       if (b >= block.data() && b < block.data() + block.size()) return true;
     return false;
   }
-  std::unique_ptr<cuda::DeviceWork> begin(const void* buffer, void*) override {
+  std::unique_ptr<cuda::DeviceWork> begin(const void* buffer, void* stream) override {
     if (!is_device(buffer)) throw InternalError("fake begin: not device memory");
     ++begins;
-    return std::make_unique<FakeWork>(*this, take_pending());
+    return std::make_unique<FakeWork>(*this, key_of(stream), take_pending(key_of(stream)));
   }
   bool synchronize(void*, std::chrono::nanoseconds) override {
     ++synchronizes;
@@ -172,20 +187,20 @@ class FakeDevice final : public cuda::DeviceBackend {
     std::lock_guard lock(mu_);
     return no_export_.count(p) == 0;
   }
-  // A finished work's operations not yet run: the next work on this thread
-  // (the same stream, in the real backend) runs them first.
-  void leave_pending(std::deque<std::function<void()>> ops) {
+  // A finished work's operations not yet run: the next work on the same
+  // caller's stream runs them first (the caller's stream waits for them).
+  void leave_pending(const void* stream_key, std::deque<std::function<void()>> ops) {
     std::lock_guard lock(mu_);
-    auto& mine = pending_[std::this_thread::get_id()];
+    auto& mine = pending_[stream_key];
     for (auto& op : ops) mine.push_back(std::move(op));
   }
 
   std::atomic<int> begins{0}, completes{0}, synchronizes{0}, exports{0};
 
  private:
-  std::deque<std::function<void()>> take_pending() {
+  std::deque<std::function<void()>> take_pending(const void* stream_key) {
     std::lock_guard lock(mu_);
-    auto it = pending_.find(std::this_thread::get_id());
+    auto it = pending_.find(stream_key);
     if (it == pending_.end()) return {};
     std::deque<std::function<void()>> ops = std::move(it->second);
     pending_.erase(it);
@@ -196,18 +211,19 @@ class FakeDevice final : public cuda::DeviceBackend {
   std::mutex mu_;
   std::deque<std::vector<std::byte>> blocks_;
   std::set<const void*> no_export_;
-  std::map<std::thread::id, std::deque<std::function<void()>>> pending_;
+  std::map<const void*, std::deque<std::function<void()>>> pending_;
 };
 
-FakeWork::FakeWork(FakeDevice& device, std::deque<std::function<void()>> earlier)
+FakeWork::FakeWork(FakeDevice& device, const void* stream_key, std::deque<std::function<void()>> earlier)
     : device_(device),
+      stream_key_(stream_key),
       queue_(std::move(earlier)),
       enqueued_(queue_.size()),
       slots_(std::make_shared<std::vector<std::vector<std::byte>>>(2, std::vector<std::byte>(device.slot_bytes()))),
       slot_end_(2, 0),
       polled_once_(2, false) {}
 
-FakeWork::~FakeWork() { device_.leave_pending(std::move(queue_)); }
+FakeWork::~FakeWork() { device_.leave_pending(stream_key_, std::move(queue_)); }
 
 void FakeWork::complete() { ++device_.completes; }
 
@@ -682,6 +698,313 @@ TEST(DevicePaths, HostBuffersNeverTouchTheDeviceBackend) {
     comm.allreduce(v.data(), v.data(), v.size(), DataType::f32, ReduceOp::sum);
     comm.broadcast(v.data(), v.data(), v.size(), DataType::f32, 0);
     if (v[0] != 2.0f) throw std::runtime_error("host allreduce result");
+  });
+  expect_all_ok(outcomes);
+  EXPECT_EQ(dev.begins.load(), 0);
+  EXPECT_EQ(dev.synchronizes.load(), 0);
+}
+
+
+// ---------------------------------------------------------------------------
+// Push-pull on device buffers (collectives/pushpull.cpp, docs/pushpull.md)
+// ---------------------------------------------------------------------------
+// Inputs are small integers and weights small integers, so every sum is exact
+// in every dtype (at most 4 ranks x weight 4 x |value| 5 = 80: fits i8, u8,
+// f16, bf16) and the reference does not depend on the order of additions.
+double pp_value(DataType t, int rank, std::uint64_t key, int push, std::size_t i) {
+  const double v = static_cast<double>((i * 3 + static_cast<std::size_t>(rank) * 7 + key * 5 + push * 11) % 6);
+  return is_signed_or_float(t) ? v - 3.0 : v;  // -3..2 where signed, 0..5 otherwise
+}
+double pp_weight(int rank, int round) { return static_cast<double>((rank + round) % 4 + 1); }
+
+// The pull a worker must see after pushes of rounds `pushes` of weight
+// pp_weight(w, round) by every worker in `workers`.
+double pp_expected(DataType t, ReduceOp op, const std::vector<int>& workers, std::uint64_t key, int round, int pushes,
+                   std::size_t i) {
+  double sum = 0, total = 0;
+  for (int w : workers)
+    for (int push = 0; push < pushes; ++push) {
+      sum += pp_weight(w, round) * pp_value(t, w, key, push, i);
+      total += pp_weight(w, round);
+    }
+  return op == ReduceOp::sum ? sum : sum / total;
+}
+
+// Keys whose tensors cross partition (4096 B), piece (the chunk size, 1000 B
+// below) and staging segment (the fake's slot size) boundaries at odd places.
+std::vector<PushPullKey> pp_table(DataType t) {
+  const std::size_t es = dtype_size(t);
+  return {{1, 0, t}, {2, 1, t}, {3, 4096 / es + 3, t}, {4, 3 * 4096 / es + 17, t}};
+}
+
+Config pp_config() {
+  Config cfg = test_config();
+  cfg.chunk_bytes = 1000;  // pieces that straddle the fake's 1536-byte segments
+  return cfg;
+}
+
+// Where rank r puts its buffers in one variant of the placement test.
+struct Placement {
+  bool push_on_device;
+  bool pull_on_device;
+  bool in_place;  // pull into the buffer that was pushed (same placement)
+};
+Placement placement_of(int variant, int rank) {
+  switch (variant) {
+    case 0: return {true, true, false};
+    case 1: return {true, true, true};
+    case 2: return {true, false, false};   // device push, host pull
+    case 3: return {false, true, false};   // host push, device pull
+    default: return {rank % 2 == 0, rank % 2 == 1, false};  // ranks differ
+  }
+}
+constexpr int kPlacements = 5;
+
+// Two rounds (one push, then two pushes that add up) for every dtype, sum and
+// (floats) avg, per placement variant. Each device pull is followed by a pull
+// of the same aggregate into host memory: the two must be the same bytes, and
+// both must match the reference.
+void check_pushpull_placements(int n, std::vector<int> servers) {
+  FakeDevice dev(1536);
+  coll::device::ScopedBackend use(dev);
+  std::vector<int> workers;
+  for (int r = 0; r < n; ++r)
+    if (std::find(servers.begin(), servers.end(), r) == servers.end()) workers.push_back(r);
+  auto outcomes = run_ranks(
+      n, TransportKind::inproc,
+      [&](Communicator& comm) {
+        const int me = comm.rank();
+        for (DataType t : kAllTypes) {
+          const std::size_t es = dtype_size(t);
+          const std::vector<PushPullKey> table = pp_table(t);
+          PushPull pp(comm, table, PushPullOptions{servers, 4096});
+          const bool worker = pp.is_worker();
+          for (int variant = 0; variant < kPlacements; ++variant) {
+            const Placement where = placement_of(variant, me);
+            for (int round = 0; round < 2; ++round) {
+              const int pushes = round + 1;
+              for (const auto& k : table) {
+                const std::size_t bytes = k.count * es;
+                std::vector<std::byte> host_data(bytes + 1), host_out(bytes + 1), check(bytes + 1);
+                std::byte* data = where.push_on_device ? dev.allocate(bytes) : host_data.data();
+                for (int push = 0; push < pushes; ++push) {
+                  for (std::size_t i = 0; i < k.count; ++i) store(t, data, i, pp_value(t, me, k.key, push, i));
+                  pp.push(k.key, worker ? data : nullptr, pp_weight(me, round));
+                  dev.drain_this_thread();  // the caller's stream synchronised
+                }
+                for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
+                  if (op == ReduceOp::avg && !is_float(t)) continue;
+                  std::byte* out = where.in_place ? data : where.pull_on_device ? dev.allocate(bytes) : host_out.data();
+                  std::memset(out, 0x5a, bytes + 1);
+                  pp.pull(k.key, worker ? out : nullptr, op);
+                  dev.drain_this_thread();
+                  std::memset(check.data(), 0x33, bytes);
+                  pp.pull(k.key, worker ? check.data() : nullptr, op);  // the same aggregate, host memory
+                  if (!worker) continue;
+                  const std::string what = cat(n, " ranks, rank ", me, " ", dtype_name(t), " ", op_name(op), " key ",
+                                               k.key, " placement ", variant, " round ", round);
+                  if (out[bytes] != std::byte{0x5a}) throw std::runtime_error(what + ": wrote past the end of out");
+                  if (bytes > 0 && std::memcmp(out, check.data(), bytes) != 0)
+                    throw std::runtime_error(what + ": the device-path result differs from the host-path result");
+                  for (std::size_t i = 0; i < k.count; ++i) {
+                    const double got = load(t, out, i), want = pp_expected(t, op, workers, k.key, round, pushes, i);
+                    if (!close_enough(t, op, got, want))
+                      throw std::runtime_error(cat(what, ": element ", i, " is ", got, ", expected ", want));
+                  }
+                }
+              }
+            }
+          }
+        }
+      },
+      pp_config());
+  expect_all_ok(outcomes);
+  EXPECT_GT(dev.begins.load(), 0);
+  EXPECT_EQ(dev.begins.load(), dev.completes.load()) << "every device call makes the caller's stream wait for it";
+}
+
+TEST(DevicePushPull, EveryDtypeSumAvgWeightsAndPlacementsOnOneToFourRanks) {
+  for (int n = 1; n <= 4; ++n) check_pushpull_placements(n, {});
+}
+
+TEST(DevicePushPull, DedicatedServersServeDeviceWorkersFromHostMemory) {
+  check_pushpull_placements(3, {1});
+  check_pushpull_placements(4, {0, 3});
+}
+
+TEST(DevicePushPull, NonBlockingGroupedAndOnAStream) {
+  FakeDevice dev(1536);
+  coll::device::ScopedBackend use(dev);
+  const int n = 3;
+  const DataType t = DataType::f32;
+  const std::vector<PushPullKey> table = pp_table(t);
+  const std::vector<int> all = {0, 1, 2};
+  auto outcomes = run_ranks(
+      n, TransportKind::inproc,
+      [&](Communicator& comm) {
+        const int me = comm.rank();
+        PushPull pp(comm, table, PushPullOptions{{}, 4096});
+        int stream = 0;  // the fake ignores streams; a non-null one must be accepted
+        const auto verify = [&](const char* what, const PushPullKey& k, const std::byte* out, ReduceOp op) {
+          for (std::size_t i = 0; i < k.count; ++i) {
+            const double got = load(t, out, i), want = pp_expected(t, op, all, k.key, 0, 1, i);
+            if (!close_enough(t, op, got, want))
+              throw std::runtime_error(cat(what, " key ", k.key, ": element ", i, " is ", got, ", expected ", want));
+          }
+        };
+        for (const auto& k : table) {
+          const std::size_t bytes = k.count * 4;
+          std::byte* data = dev.allocate(bytes);
+          std::byte* out = dev.allocate(bytes);
+          for (std::size_t i = 0; i < k.count; ++i) store(t, data, i, pp_value(t, me, k.key, 0, i));
+          // ipush / ipull on a stream, waited for in reverse order.
+          // (The progress thread runs them: the pulled result's last uploads
+          // are pending on `stream`, not on this thread.)
+          Request pushed = pp.ipush(k.key, data, pp_weight(me, 0), &stream);
+          Request pulled = pp.ipull(k.key, out, ReduceOp::avg, &stream);
+          pulled.wait();
+          pushed.wait();
+          dev.drain_stream(&stream);
+          verify("ipush/ipull", k, out, ReduceOp::avg);
+          // The same round in a group, in place, without a stream.
+          comm.group_start();
+          pp.push(k.key, data, pp_weight(me, 0));
+          pp.pull(k.key, data, ReduceOp::sum);
+          comm.group_end();
+          dev.drain_this_thread();
+          verify("grouped push/pull in place", k, data, ReduceOp::sum);
+          // Host buffers with a stream: the stream is synchronised first.
+          const int before = dev.synchronizes.load();
+          std::vector<std::byte> h(bytes + 1);
+          for (std::size_t i = 0; i < k.count; ++i) store(t, h.data(), i, pp_value(t, me, k.key, 0, i));
+          pp.push(k.key, h.data(), pp_weight(me, 0), &stream);
+          pp.pull(k.key, h.data(), ReduceOp::avg, &stream);
+          verify("host buffers on a stream", k, h.data(), ReduceOp::avg);
+          if (k.count > 0 && dev.synchronizes.load() < before + 2)
+            throw std::runtime_error("a host push/pull with a stream did not synchronise it");
+        }
+      },
+      pp_config());
+  expect_all_ok(outcomes);
+  EXPECT_EQ(dev.begins.load(), dev.completes.load());
+}
+
+TEST(DevicePushPull, PartialPushOnDeviceBuffersEqualsThePlainRound) {
+  FakeDevice dev(1536);
+  coll::device::ScopedBackend use(dev);
+  const int n = 3;
+  const std::vector<int> all = {0, 1, 2};
+  auto outcomes = run_ranks(
+      n, TransportKind::inproc,
+      [&](Communicator& comm) {
+        const int me = comm.rank();
+        for (DataType t : {DataType::f32, DataType::bf16, DataType::f64, DataType::i32}) {
+          const std::size_t es = dtype_size(t);
+          const std::vector<PushPullKey> table = pp_table(t);
+          PushPull pp(comm, table, PushPullOptions{{}, 4096});
+          const ReduceOp op = is_float(t) ? ReduceOp::avg : ReduceOp::sum;
+          for (const auto& k : table) {
+            if (k.count == 0) continue;
+            const std::size_t bytes = k.count * es;
+            for (int variant = 0; variant < 3; ++variant) {
+              // Device data and result; device data, host result; host data, device result.
+              std::vector<std::byte> host_data(bytes), host_result(bytes), plain(bytes);
+              std::byte* data = variant != 2 ? dev.allocate(bytes) : host_data.data();
+              std::byte* result = variant == 0 || variant == 2 ? dev.allocate(bytes) : host_result.data();
+              for (std::size_t i = 0; i < k.count; ++i) store(t, data, i, pp_value(t, me, k.key, 0, i));
+              int stream = 0;
+              const PartialResult r = pp.partial_push(k.key, data, result, op,
+                                                      PartialOptions{LatePolicy::wait, pp_weight(me, 0), 1, 0},
+                                                      &stream);
+              dev.drain_stream(&stream);
+              if (r.fate != Fate::included || r.participants != n)
+                throw std::runtime_error(cat("partial push: fate ", static_cast<int>(r.fate), ", participants ",
+                                             r.participants));
+              pp.push(k.key, data, pp_weight(me, 0));
+              pp.pull(k.key, plain.data(), op);
+              if (std::memcmp(result, plain.data(), bytes) != 0)
+                throw std::runtime_error(cat("partial push on device buffers (", dtype_name(t), ", key ", k.key,
+                                             ", variant ", variant, ") differs from the plain round"));
+              for (std::size_t i = 0; i < k.count; ++i) {
+                const double got = load(t, result, i), want = pp_expected(t, op, all, k.key, 0, 1, i);
+                if (!close_enough(t, op, got, want))
+                  throw std::runtime_error(cat("partial push ", dtype_name(t), " key ", k.key, ": element ", i,
+                                               " is ", got, ", expected ", want));
+              }
+            }
+            comm.partial_finish();  // a run of partial steps is for one key and op
+          }
+        }
+      },
+      pp_config());
+  expect_all_ok(outcomes);
+  EXPECT_GT(dev.begins.load(), 0);
+  EXPECT_EQ(dev.begins.load(), dev.completes.load());
+}
+
+TEST(DevicePushPull, CApiStreamVariants) {
+  FakeDevice dev(1536);
+  coll::device::ScopedBackend use(dev);
+  const int n = 2;
+  auto outcomes = run_ranks(
+      n, TransportKind::inproc,
+      [&](Communicator& thread_comm) {
+        antdtComm handle{std::move(thread_comm)};
+        const int rank = handle.comm.rank();
+        const auto expect_ok = [](antdtStatus_t got, const char* what) {
+          if (got != ANTDT_OK) throw std::runtime_error(cat(what, ": status ", got, " (", antdtLastError(), ")"));
+        };
+        antdtPushPullKey keys[] = {{8, 5000, ANTDT_F32}};
+        antdtPushPullOptions opts{};
+        opts.struct_size = sizeof opts;
+        opts.partition_bytes = 4096;
+        antdtPushPull_t pp = nullptr;
+        expect_ok(antdtPushPullCreate(&pp, &handle, keys, 1, &opts), "create");
+        const std::size_t bytes = 5000 * 4;
+        std::byte* data = dev.allocate(bytes);
+        std::byte* out = dev.allocate(bytes);
+        for (std::size_t i = 0; i < 5000; ++i) store(DataType::f32, data, i, static_cast<double>(rank + 1));
+        int stream = 0;
+        expect_ok(antdtPushStream(pp, 8, data, 2.0, &stream), "push (stream)");
+        expect_ok(antdtPullStream(pp, 8, out, ANTDT_AVG, &stream), "pull (stream)");
+        dev.drain_stream(&stream);
+        if (load(DataType::f32, out, 0) != 1.5 || load(DataType::f32, out, 4999) != 1.5)
+          throw std::runtime_error(cat("C pull: ", load(DataType::f32, out, 0)));
+        expect_ok(antdtPush(pp, 8, data, 1.0), "push (default stream)");
+        expect_ok(antdtPull(pp, 8, out, ANTDT_SUM), "pull (default stream)");
+        dev.drain_this_thread();
+        if (load(DataType::f32, out, 4321) != 3.0) throw std::runtime_error("C pull sum");
+        antdtPartialOptions popts{};
+        popts.struct_size = sizeof popts;
+        popts.policy = ANTDT_LATE_WAIT;
+        popts.weight = rank + 1.0;
+        antdtPartialResult info{};
+        info.struct_size = sizeof info;
+        expect_ok(antdtPartialPushStream(pp, 8, data, out, ANTDT_SUM, &popts, &info, &stream), "partial push");
+        dev.drain_stream(&stream);
+        if (info.fate != ANTDT_FATE_INCLUDED || info.total_weight != 3.0 || load(DataType::f32, out, 7) != 5.0)
+          throw std::runtime_error(cat("C partial push: fate ", info.fate, ", out ", load(DataType::f32, out, 7)));
+        expect_ok(antdtPartialFinish(&handle, nullptr), "partial finish");
+        expect_ok(antdtPushPullDestroy(pp), "destroy");
+      },
+      pp_config());
+  expect_all_ok(outcomes);
+  EXPECT_EQ(dev.begins.load(), dev.completes.load());
+}
+
+TEST(DevicePushPull, HostBuffersNeverTouchTheDeviceBackend) {
+  FakeDevice dev(1536);
+  coll::device::ScopedBackend use(dev);
+  auto outcomes = run_ranks(2, TransportKind::inproc, [&](Communicator& comm) {
+    const std::vector<PushPullKey> table = pp_table(DataType::f64);
+    PushPull pp(comm, table, PushPullOptions{{}, 4096});
+    for (const auto& k : table) {
+      std::vector<double> v(k.count, comm.rank() + 1.0), out(k.count);
+      pp.push(k.key, v.data(), 1.0);
+      pp.pull(k.key, out.data(), ReduceOp::sum);
+      for (double x : out)
+        if (x != 3.0) throw std::runtime_error(cat("host push-pull: ", x));
+    }
   });
   expect_all_ok(outcomes);
   EXPECT_EQ(dev.begins.load(), 0);
