@@ -41,14 +41,17 @@ void reduce_binomial_tree(Call& call, const std::byte* send, std::byte* recv, st
                           ReduceOp op, int root);
 void reduce_chain(Call& call, const std::byte* send, std::byte* recv, std::size_t count, DataType dtype,
                   ReduceOp op, int root);
-// Shared-memory AllReduce among ranks of one node (allreduce_shm.cpp).
-// shm_ready() sets the communicator's mailbox up on first use, as part of
-// `call` (every rank must call it in the same call), and says whether it is
-// usable; allreduce_shm() needs it usable and count * dtype size at most
-// ANTDT_SHM_MAX_BYTES. Every rank reduces all contributions in rank order.
-bool shm_ready(Call& call);
+// Shared-memory AllReduces among ranks of one node; both need their channel
+// set up and usable (shm_ready() in shm_common.hpp).
+// Mailbox (allreduce_shm.cpp), count * dtype size at most ANTDT_SHM_MAX_BYTES:
+// every rank reduces all contributions in rank order.
 void allreduce_shm(Call& call, const std::byte* send, std::byte* recv, std::size_t count, DataType dtype,
                    ReduceOp op);
+// Bulk area (allreduce_shm_bulk.cpp), any size, blocks of ANTDT_SHM_BULK_BYTES:
+// rank s reduces slice s of each block, in rank order, and every rank copies
+// the others' slices.
+void allreduce_shm_bulk(Call& call, const std::byte* send, std::byte* recv, std::size_t count, DataType dtype,
+                        ReduceOp op);
 // Pairwise exchange: in step s rank r sends block r+s to rank r+s and receives
 // block r-s from rank r-s. send and recv hold n blocks of `bytes` bytes and do not overlap.
 void alltoall_pairwise(Call& call, const std::byte* send, std::byte* recv, std::size_t bytes);

@@ -49,6 +49,7 @@ const char* algo_name(Algo a) {
     case Algo::recursive_doubling: return "recursive-doubling";
     case Algo::pairwise: return "pairwise";
     case Algo::shm: return "shared-memory";
+    case Algo::shm_bulk: return "shared-memory-bulk";
   }
   return "?";
 }
@@ -78,7 +79,9 @@ std::string Signature::describe() const {
 
 Call::Call(detail::CommImpl& comm, const Signature& sig) : Call(comm, sig, comm.next_seq()) {
   sequenced_ = true;
-  if (auto* shm = comm.shm()) shm->announce(seq_, hash_);
+  // Both channels, so that a rank waiting in either can tell a peer that took another path.
+  if (auto* shm = comm.shm(detail::ShmArea::mailbox)) shm->announce(seq_, hash_);
+  if (auto* shm = comm.shm(detail::ShmArea::bulk)) shm->announce(seq_, hash_);
 }
 
 void Call::check_aborted() {

@@ -1,6 +1,7 @@
 #include "collectives/collectives.hpp"
 
 #include "collectives/algorithms.hpp"
+#include "collectives/shm_common.hpp"
 #include "collectives/device_collectives.hpp"
 #include "collectives/suite.hpp"
 #include "core/dtype.hpp"
@@ -322,11 +323,22 @@ Algo allreduce_algorithm(std::size_t count, DataType dtype, int nranks, Allreduc
 // ---------------------------------------------------------------------------
 // Entry points
 // ---------------------------------------------------------------------------
+namespace {
+bool shm_allowed(const detail::CommImpl& comm, detail::ShmArea area) {
+  const AllreduceAlgo algo = comm.config().allreduce_algo;
+  return (algo == AllreduceAlgo::automatic || algo == AllreduceAlgo::shm) && comm.size() > 1 &&
+         (!comm.shm_tried(area) || comm.shm(area) != nullptr);
+}
+}  // namespace
+
 bool use_shm_allreduce(const detail::CommImpl& comm, std::size_t bytes) {
   const Config& cfg = comm.config();
-  const bool allowed = cfg.allreduce_algo == AllreduceAlgo::automatic || cfg.allreduce_algo == AllreduceAlgo::shm;
-  return allowed && comm.size() > 1 && bytes <= cfg.shm_max_bytes && cfg.shm_max_bytes > 0 &&
-         (!comm.shm_tried() || comm.shm() != nullptr);
+  return bytes <= cfg.shm_max_bytes && cfg.shm_max_bytes > 0 && shm_allowed(comm, detail::ShmArea::mailbox);
+}
+
+bool use_shm_bulk_allreduce(const detail::CommImpl& comm, std::size_t bytes) {
+  const Config& cfg = comm.config();
+  return bytes > cfg.shm_max_bytes && cfg.shm_bulk_bytes > 0 && shm_allowed(comm, detail::ShmArea::bulk);
 }
 
 void run_allreduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype,
@@ -334,13 +346,21 @@ void run_allreduce(detail::CommImpl& comm, const void* send, void* recv, std::si
   const std::size_t bytes_total = count * dtype_size(dtype);
   if (use_shm_allreduce(comm, bytes_total)) {
     Call call(comm, Signature{Kind::allreduce, count, dtype, op, -1, Algo::shm});
-    if (shm_ready(call)) {
+    if (shm_ready(call, detail::ShmArea::mailbox)) {
       allreduce_shm(call, bytes(send), bytes(recv), count, dtype, op);
       return;
     }
     // Set-up found no common node: every rank learnt it in this call and
     // finishes it with recursive doubling; later calls choose without shm.
     allreduce_recursive_doubling(call, bytes(send), bytes(recv), count, dtype, op);
+    return;
+  }
+  if (use_shm_bulk_allreduce(comm, bytes_total)) {
+    Call call(comm, Signature{Kind::allreduce, count, dtype, op, -1, Algo::shm_bulk});
+    if (shm_ready(call, detail::ShmArea::bulk))
+      allreduce_shm_bulk(call, bytes(send), bytes(recv), count, dtype, op);
+    else  // as above: this call finishes with the ring on every rank
+      allreduce_ring(call, bytes(send), bytes(recv), count, dtype, op);
     return;
   }
   const Algo algo = allreduce_algorithm(count, dtype, comm.size(), comm.config().allreduce_algo);

@@ -83,6 +83,8 @@ Algo allreduce_algorithm(std::size_t count, DataType dtype, int nranks, Allreduc
 // ANTDT_ALGO auto or shm, and the mailbox not known to be unavailable. Every
 // rank gets the same answer (the mailbox's availability is agreed at set-up).
 bool use_shm_allreduce(const detail::CommImpl& comm, std::size_t bytes);
+// Above ANTDT_SHM_MAX_BYTES: the bulk area (ANTDT_SHM_BULK_BYTES not 0), same conditions.
+bool use_shm_bulk_allreduce(const detail::CommImpl& comm, std::size_t bytes);
 // The α-β-γ model's crossover (docs/collectives.md#allreduce-selection).
 std::size_t recursive_doubling_max_bytes(int nranks);
 

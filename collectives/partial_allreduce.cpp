@@ -14,12 +14,13 @@
 // is what lets a late rank catch up without computing the steps it missed, and
 // lets weight-0 calls fetch those results without any message.
 #include "collectives/algorithms.hpp"
+#include "collectives/shm_common.hpp"
 #include "collectives/collectives.hpp"
 #include "collectives/device_collectives.hpp"
 #include "collectives/partial_step.hpp"
 #include "collectives/step_timing.hpp"
-#include "core/dtype.hpp"
 #include "collectives/suite.hpp"
+#include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "scheduler/arbiter.hpp"
@@ -216,8 +217,10 @@ void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision
       // would choose: the result is then bit-identical to it (invariant 5).
       const bool everyone = static_cast<int>(members.size()) == comm.size();
       // (Shared memory only with every rank: its rounds must be the same on all.)
-      if (everyone && use_shm_allreduce(comm, bytes) && shm_ready(ring))
+      if (everyone && use_shm_allreduce(comm, bytes) && shm_ready(ring, detail::ShmArea::mailbox))
         allreduce_shm(ring, send, own_result, count, sig.dtype, sig.op);
+      else if (everyone && use_shm_bulk_allreduce(comm, bytes) && shm_ready(ring, detail::ShmArea::bulk))
+        allreduce_shm_bulk(ring, send, own_result, count, sig.dtype, sig.op);
       else if (everyone && allreduce_algorithm(count, sig.dtype, comm.size(), comm.config().allreduce_algo) ==
                                Algo::recursive_doubling)
         allreduce_recursive_doubling(ring, send, own_result, count, sig.dtype, sig.op);
@@ -264,10 +267,10 @@ PartialResult partial_allreduce(detail::CommImpl& comm, const void* send, void* 
 
 PartialResult partial_step(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype,
                            ReduceOp op, const PartialOptions& opts, const PartialStepKind& kind) {
+  drain_queue(comm);  // queued non-blocking collectives run first, and not alongside it
   check_dtype(dtype);
   check_op(op);
   ANTDT_CHECK_ARG(std::isfinite(opts.weight) && opts.weight >= 0, "partial_allreduce: weight must be finite and >= 0, got ",
-  drain_queue(comm);  // queued non-blocking collectives run first, and not alongside it
                   opts.weight);
   ANTDT_CHECK_ARG(static_cast<unsigned>(opts.policy) <= static_cast<unsigned>(LatePolicy::defer),
                   "partial_allreduce: unknown late policy ", static_cast<unsigned>(opts.policy));
@@ -387,10 +390,10 @@ PartialResult partial_step(detail::CommImpl& comm, const void* send, void* recv,
 }
 
 PartialResult partial_finish(detail::CommImpl& comm) {
+  drain_queue(comm);
   comm.check_usable();
   PartialState& st = state_of(comm);
   if (st.run_over) {
-  drain_queue(comm);
     // This rank's last arrival already took part in the finish exchange.
     st.run_over = false;
     st.last_return.reset();

@@ -16,9 +16,9 @@ CommImpl::CommImpl(std::unique_ptr<transport::Transport> transport, std::uint32_
 
 CommImpl::~CommImpl() = default;
 
-void CommImpl::set_shm(std::unique_ptr<ShmChannel> channel) noexcept {
-  shm_ = std::move(channel);
-  shm_tried_ = true;
+void CommImpl::set_shm(ShmArea area, std::unique_ptr<ShmChannel> channel) noexcept {
+  shm_[index(area)] = std::move(channel);
+  shm_tried_[index(area)] = true;
 }
 
 OpSlot& CommImpl::slot(std::size_t index) {

@@ -9,6 +9,7 @@
 #include "core/control.hpp"
 #include "transport/transport.hpp"
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -22,6 +23,7 @@
 namespace antdt::detail {
 
 class ShmChannel;  // core/shm_channel.hpp
+enum class ShmArea { mailbox, bulk };  // which of a communicator's shared-memory channels
 
 // One posted operation of a collective, with what its receiver expects.
 struct OpSlot {
@@ -78,13 +80,14 @@ class CommImpl {
   // The control plane to the arbiter (empty when the communicator was made without one).
   control::Endpoints& control() noexcept { return control_; }
 
-  // The node-local shared-memory mailbox of small AllReduces
-  // (collectives/allreduce_shm.cpp): set up by the first call that may use it;
-  // null when that has not happened yet (shm_tried() false) or the ranks
+  // The node-local shared-memory channels of AllReduce
+  // (collectives/allreduce_shm*.cpp): the mailbox of small messages and the
+  // staging area of large ones. Each is set up by the first call that may use
+  // it; null when that has not happened yet (shm_tried() false) or the ranks
   // could not share one (shm_tried() true).
-  ShmChannel* shm() const noexcept { return shm_.get(); }
-  bool shm_tried() const noexcept { return shm_tried_; }
-  void set_shm(std::unique_ptr<ShmChannel> channel) noexcept;
+  ShmChannel* shm(ShmArea area = ShmArea::mailbox) const noexcept { return shm_[index(area)].get(); }
+  bool shm_tried(ShmArea area = ShmArea::mailbox) const noexcept { return shm_tried_[index(area)]; }
+  void set_shm(ShmArea area, std::unique_ptr<ShmChannel> channel) noexcept;
 
  private:
   std::unique_ptr<transport::Transport> transport_;
@@ -98,8 +101,9 @@ class CommImpl {
   std::optional<std::pair<Status, std::string>> failure_;
   std::atomic<bool> failed_{false};  // failure_ is set (read without the lock)
   control::Endpoints control_;
-  std::unique_ptr<ShmChannel> shm_;
-  bool shm_tried_ = false;
+  static constexpr std::size_t index(ShmArea area) noexcept { return static_cast<std::size_t>(area); }
+  std::array<std::unique_ptr<ShmChannel>, 2> shm_;
+  std::array<bool, 2> shm_tried_{};
   std::unique_ptr<CollectiveState> partial_state_;  // may hold the arbiter thread, which uses control_
   std::unique_ptr<CollectiveState> step_state_;
   // Last, so destroyed first: it cancels in-flight transfers while the transport still works.

@@ -31,6 +31,7 @@ constexpr long long kMaxSpinUs = 1'000'000;
 constexpr long long kMinChunkBytes = 4LL << 10;
 constexpr long long kMaxChunkBytes = 1LL << 30;
 constexpr long long kMaxShmBytes = 1LL << 20;  // the segment holds 2 x ranks slots of this size
+constexpr long long kMinShmBulkBytes = 4LL << 10, kMaxShmBulkBytes = 64LL << 20;  // 3 x ranks slots of this size
 constexpr std::size_t kSecretHexDigits = 32;
 constexpr long long kMinMonitorWindow = 4;
 constexpr long long kMaxMonitorWindow = 65536;
@@ -337,16 +338,21 @@ Config Config::from_env(const Lookup& lookup) {
   if (auto v = env.choice("ANTDT_ALGO", kAlgos)) c.allreduce_algo = *v;
   if (auto v = env.bytes("ANTDT_CHUNK_BYTES", kMinChunkBytes, kMaxChunkBytes)) c.chunk_bytes = static_cast<std::size_t>(*v);
   if (auto v = env.bytes("ANTDT_SHM_MAX_BYTES", 0, kMaxShmBytes)) c.shm_max_bytes = static_cast<std::size_t>(*v);
+  if (auto v = env.bytes("ANTDT_SHM_BULK_BYTES", 0, kMaxShmBulkBytes)) {
+    if (*v != 0 && *v < kMinShmBulkBytes)
+      raise<ConfigError>("ANTDT_SHM_BULK_BYTES=", *v, " is too small: 0 (off) or at least 4K");
+    c.shm_bulk_bytes = static_cast<std::size_t>(*v);
+  }
   if (auto v = env.choice("ANTDT_PROGRESS", kProgressModes)) c.progress = *v;
   if (auto v = env.integer("ANTDT_SPIN_US", 0, kMaxSpinUs, "microseconds")) c.spin_before_sleep = std::chrono::microseconds(*v);
   if (auto v = env.choice("ANTDT_BIND", kBindModes)) c.bind = *v;
+  if (auto v = env.choice("ANTDT_ASYNC_PROGRESS", kAsyncProgress)) c.progress_thread = *v;
 
   if (auto v = env.integer("ANTDT_RANK", 0, INT_MAX - 1, "this process's rank")) c.rank = static_cast<int>(*v);
   if (auto v = env.integer("ANTDT_WORLD_SIZE", 1, INT_MAX, "number of ranks")) c.world_size = static_cast<int>(*v);
   if (auto v = env.integer("ANTDT_LOCAL_RANK", 0, INT_MAX - 1, "rank on this node")) c.local_rank = static_cast<int>(*v);
   if (auto v = env.integer("ANTDT_LOCAL_SIZE", 1, INT_MAX, "ranks on this node")) c.local_size = static_cast<int>(*v);
   if (c.rank && c.world_size && *c.rank >= *c.world_size) {
-  if (auto v = env.choice("ANTDT_ASYNC_PROGRESS", kAsyncProgress)) c.progress_thread = *v;
     raise<ConfigError>("ANTDT_RANK='", *c.rank, "' is invalid: expected an integer in [0, ", *c.world_size - 1,
                        "] because ANTDT_WORLD_SIZE=", *c.world_size);
   }
@@ -444,9 +450,11 @@ std::vector<std::string> Config::describe() const {
   lines.push_back(cat("ANTDT_ALGO=", name_of(allreduce_algo, kAlgos)));
   lines.push_back(cat("ANTDT_CHUNK_BYTES=", format_bytes(chunk_bytes)));
   lines.push_back(cat("ANTDT_SHM_MAX_BYTES=", format_bytes(shm_max_bytes)));
+  lines.push_back(cat("ANTDT_SHM_BULK_BYTES=", format_bytes(shm_bulk_bytes)));
   lines.push_back(cat("ANTDT_PROGRESS=", name_of(progress, kProgressModes)));
   lines.push_back(cat("ANTDT_SPIN_US=", spin_before_sleep.count()));
   lines.push_back(cat("ANTDT_BIND=", name_of(bind, kBindModes)));
+  lines.push_back(cat("ANTDT_ASYNC_PROGRESS=", name_of(progress_thread, kAsyncProgress)));
   lines.push_back(cat("ANTDT_RANK=", optional_int(rank)));
   lines.push_back(cat("ANTDT_WORLD_SIZE=", optional_int(world_size)));
   lines.push_back(cat("ANTDT_LOCAL_RANK=", optional_int(local_rank)));

@@ -30,12 +30,13 @@ struct Config {
   std::string transport = "ucx";                             // ANTDT_TRANSPORT=ucx|inproc
   AllreduceAlgo allreduce_algo = AllreduceAlgo::automatic;   // ANTDT_ALGO=auto|ring|recursive_doubling|shm
   std::size_t shm_max_bytes = 64u << 10;                     // ANTDT_SHM_MAX_BYTES, 0..1M: node-local shared-memory AllReduce up to this size (0: off)
+  std::size_t shm_bulk_bytes = 512u << 10;                   // ANTDT_SHM_BULK_BYTES, 0 or 4K..64M: block of the node-local shared-memory AllReduce above ANTDT_SHM_MAX_BYTES (0: off)
   std::size_t chunk_bytes = 256u << 10;                      // ANTDT_CHUNK_BYTES, 4K..1G, K/M/G suffixes
   ProgressMode progress = ProgressMode::automatic;           // ANTDT_PROGRESS=auto|spin|wake
   std::chrono::microseconds spin_before_sleep{50};           // ANTDT_SPIN_US, 0..1000000
   BindMode bind = BindMode::automatic;                       // ANTDT_BIND=auto|none|cores|numa
-
   bool progress_thread = true;                               // ANTDT_ASYNC_PROGRESS=thread|caller: who runs non-blocking collectives
+
   // Job membership (bootstrap). Unset optionals mean "not given".
   std::optional<int> rank;                                   // ANTDT_RANK
   std::optional<int> world_size;                             // ANTDT_WORLD_SIZE

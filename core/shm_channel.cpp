@@ -33,9 +33,9 @@ std::uint64_t fnv1a(std::string_view text, std::uint64_t h = 0xcbf29ce484222325U
   return h;
 }
 
-// The futex word is the low half of the round: a reader sleeps while it still
-// holds the value it saw, and every publish changes it.
-std::uint32_t futex_value(std::uint64_t round) noexcept { return static_cast<std::uint32_t>(round); }
+// The futex word is the low half of the stamp: a reader sleeps while it still
+// holds the value it saw, and every publish changes it (stamps only grow).
+std::uint32_t futex_value(std::uint64_t stamp) noexcept { return static_cast<std::uint32_t>(stamp); }
 
 }  // namespace
 
@@ -43,7 +43,7 @@ std::uint32_t futex_value(std::uint64_t round) noexcept { return static_cast<std
 // another slot) with this 32-byte header, and its data follows in the same
 // line: a reader of a message up to 32 bytes moves one line.
 struct ShmChannel::SlotHeader {
-  std::atomic<std::uint64_t> round{0};  // the round whose data the slot holds (0: none yet)
+  std::atomic<std::uint64_t> stamp{0};  // the latest stamp published (0: none yet)
   std::atomic<std::uint64_t> hash{0};
   std::atomic<std::uint64_t> bytes{0};
   std::atomic<std::uint32_t> futex{0};
@@ -58,6 +58,7 @@ struct alignas(kLine) AnnounceLine {
 struct alignas(kLine) ShmChannel::SegmentHeader {
   std::atomic<std::uint64_t> magic{0};  // stored last by the creator
   std::uint64_t nranks = 0;
+  std::uint64_t slots = 0;
   std::uint64_t slot_bytes = 0;
   std::atomic<std::uint32_t> sleepers{0};  // readers inside a futex wait (any slot)
 };
@@ -84,9 +85,10 @@ std::size_t ShmChannel::slot_stride(std::size_t slot_bytes) noexcept {
   return round_up(sizeof(SlotHeader) + slot_bytes, kLine);
 }
 
-std::size_t ShmChannel::segment_bytes(int nranks, std::size_t slot_bytes) noexcept {
-  const auto n = static_cast<std::size_t>(nranks);
-  return sizeof(SegmentHeader) + n * sizeof(AnnounceLine) + 2 * n * slot_stride(slot_bytes);
+std::size_t ShmChannel::segment_bytes(const Layout& layout) noexcept {
+  const auto n = static_cast<std::size_t>(layout.nranks);
+  return sizeof(SegmentHeader) + n * sizeof(AnnounceLine) +
+         static_cast<std::size_t>(layout.slots) * n * slot_stride(layout.slot_bytes);
 }
 
 std::string ShmChannel::make_name(std::uint32_t comm_id) {
@@ -95,9 +97,17 @@ std::string ShmChannel::make_name(std::uint32_t comm_id) {
   return cat("/antdt-", ::getpid(), "-", comm_id, "-", std::hex, nonce);
 }
 
-std::unique_ptr<ShmChannel> ShmChannel::create(std::string name, int nranks, int rank, std::size_t slot_bytes) {
-  ANTDT_CHECK_ARG(nranks >= 1 && rank >= 0 && rank < nranks, "shared-memory channel: rank ", rank, " of ", nranks);
-  const std::size_t bytes = segment_bytes(nranks, slot_bytes);
+namespace {
+void check_layout(const ShmChannel::Layout& layout, int rank) {
+  ANTDT_CHECK_ARG(layout.nranks >= 1 && rank >= 0 && rank < layout.nranks, "shared-memory channel: rank ", rank,
+                  " of ", layout.nranks);
+  ANTDT_CHECK_ARG(layout.slots >= 1, "shared-memory channel: ", layout.slots, " slots per rank");
+}
+}  // namespace
+
+std::unique_ptr<ShmChannel> ShmChannel::create(std::string name, const Layout& layout, int rank) {
+  check_layout(layout, rank);
+  const std::size_t bytes = segment_bytes(layout);
   const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) raise<TransportError>("shm_open(", name, ", O_CREAT) failed: ", std::strerror(errno));
   if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
@@ -105,6 +115,14 @@ std::unique_ptr<ShmChannel> ShmChannel::create(std::string name, int nranks, int
     ::close(fd);
     ::shm_unlink(name.c_str());
     raise<TransportError>("ftruncate of shared memory ", name, " to ", bytes, " bytes failed: ", std::strerror(err));
+  }
+  // tmpfs allocates pages on first touch: without a reservation a /dev/shm
+  // too small for the segment would kill the process with SIGBUS in a collective.
+  if (const int err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); err != 0) {
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    raise<TransportError>("reserving ", bytes, " bytes of shared memory for ", name, " failed: ", std::strerror(err),
+                          " (is /dev/shm large enough? ANTDT_SHM_MAX_BYTES / ANTDT_SHM_BULK_BYTES size it)");
   }
   // MAP_POPULATE: page faults happen here, not in the first collectives.
   void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
@@ -118,15 +136,16 @@ std::unique_ptr<ShmChannel> ShmChannel::create(std::string name, int nranks, int
   // 0 (no round, no call). The layout fields let the other ranks check that
   // they agree on it.
   auto* header = ::new (base) SegmentHeader{};
-  header->nranks = static_cast<std::uint64_t>(nranks);
-  header->slot_bytes = slot_bytes;
+  header->nranks = static_cast<std::uint64_t>(layout.nranks);
+  header->slots = static_cast<std::uint64_t>(layout.slots);
+  header->slot_bytes = layout.slot_bytes;
   header->magic.store(kMagic, std::memory_order_release);
-  return std::make_unique<ShmChannel>(Key{}, std::move(name), nranks, rank, slot_bytes, base, bytes);
+  return std::make_unique<ShmChannel>(Key{}, std::move(name), layout, rank, base, bytes);
 }
 
-std::unique_ptr<ShmChannel> ShmChannel::open(std::string name, int nranks, int rank, std::size_t slot_bytes) {
-  ANTDT_CHECK_ARG(nranks >= 1 && rank >= 0 && rank < nranks, "shared-memory channel: rank ", rank, " of ", nranks);
-  const std::size_t bytes = segment_bytes(nranks, slot_bytes);
+std::unique_ptr<ShmChannel> ShmChannel::open(std::string name, const Layout& layout, int rank) {
+  check_layout(layout, rank);
+  const std::size_t bytes = segment_bytes(layout);
   const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
   if (fd < 0) raise<TransportError>("shm_open(", name, ") failed: ", std::strerror(errno));
   struct stat st {};
@@ -138,18 +157,19 @@ std::unique_ptr<ShmChannel> ShmChannel::open(std::string name, int nranks, int r
   const int err = errno;
   ::close(fd);
   if (base == MAP_FAILED) raise<TransportError>("mmap of shared memory ", name, " failed: ", std::strerror(err));
-  auto channel = std::make_unique<ShmChannel>(Key{}, std::move(name), nranks, rank, slot_bytes, base, bytes);
+  auto channel = std::make_unique<ShmChannel>(Key{}, std::move(name), layout, rank, base, bytes);
   const auto& header = channel->header();
   if (header.magic.load(std::memory_order_acquire) != kMagic ||
-      header.nranks != static_cast<std::uint64_t>(nranks) || header.slot_bytes != slot_bytes)
+      header.nranks != static_cast<std::uint64_t>(layout.nranks) ||
+      header.slots != static_cast<std::uint64_t>(layout.slots) || header.slot_bytes != layout.slot_bytes)
     raise<TransportError>("shared memory ", channel->name_, " has another layout (", header.nranks, " ranks, ",
-                          header.slot_bytes, "-byte slots; expected ", nranks, ", ", slot_bytes, ")");
+                          header.slots, " slots of ", header.slot_bytes, " bytes; expected ", layout.nranks, ", ",
+                          layout.slots, ", ", layout.slot_bytes, ")");
   return channel;
 }
 
-ShmChannel::ShmChannel(Key, std::string name, int nranks, int rank, std::size_t slot_bytes, void* base,
-                       std::size_t mapped)
-    : name_(std::move(name)), nranks_(nranks), rank_(rank), slot_bytes_(slot_bytes), base_(base), mapped_(mapped) {}
+ShmChannel::ShmChannel(Key, std::string name, const Layout& layout, int rank, void* base, std::size_t mapped)
+    : name_(std::move(name)), layout_(layout), rank_(rank), base_(base), mapped_(mapped) {}
 
 ShmChannel::~ShmChannel() {
   if (rank_ == 0) unlink();
@@ -164,37 +184,38 @@ void ShmChannel::unlink() noexcept {
 
 ShmChannel::SegmentHeader& ShmChannel::header() const noexcept { return *static_cast<SegmentHeader*>(base_); }
 
-ShmChannel::SlotHeader& ShmChannel::slot(int rank, std::uint64_t round) const noexcept {
+ShmChannel::SlotHeader& ShmChannel::slot_header(int rank, int slot) const noexcept {
+  const auto index = static_cast<std::size_t>(rank) * static_cast<std::size_t>(layout_.slots) +
+                     static_cast<std::size_t>(slot);
   auto* at = static_cast<std::byte*>(base_) + sizeof(SegmentHeader) +
-             static_cast<std::size_t>(nranks_) * sizeof(AnnounceLine) +
-             (static_cast<std::size_t>(rank) * 2 + (round & 1)) * slot_stride(slot_bytes_);
+             static_cast<std::size_t>(layout_.nranks) * sizeof(AnnounceLine) + index * slot_stride(layout_.slot_bytes);
   return *reinterpret_cast<SlotHeader*>(at);
 }
 
-std::span<std::byte> ShmChannel::own_slot(std::uint64_t round) noexcept {
-  return {reinterpret_cast<std::byte*>(&slot(rank_, round) + 1), slot_bytes_};
+std::span<std::byte> ShmChannel::own_slot(int slot) noexcept {
+  return {reinterpret_cast<std::byte*>(&slot_header(rank_, slot) + 1), layout_.slot_bytes};
 }
 
-void ShmChannel::publish(std::uint64_t round, std::uint64_t hash, std::size_t bytes) noexcept {
-  SlotHeader& s = slot(rank_, round);
+void ShmChannel::publish(int slot, std::uint64_t stamp, std::uint64_t hash, std::size_t bytes) noexcept {
+  SlotHeader& s = slot_header(rank_, slot);
   s.hash.store(hash, std::memory_order_relaxed);
   s.bytes.store(bytes, std::memory_order_relaxed);
-  s.round.store(round, std::memory_order_release);  // the data and the fields above are visible with it
+  s.stamp.store(stamp, std::memory_order_release);  // the data and the fields above are visible with it
   // seq_cst store then seq_cst load of sleepers, mirrored by the reader's
   // increment then load: either the reader sees the new value or we see it asleep.
-  s.futex.store(futex_value(round), std::memory_order_seq_cst);
+  s.futex.store(futex_value(stamp), std::memory_order_seq_cst);
   if (header().sleepers.load(std::memory_order_seq_cst) > 0)
     ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&s.futex), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-ShmChannel::Peek ShmChannel::peek(int peer, std::uint64_t round) const noexcept {
-  const SlotHeader& s = slot(peer, round);
+ShmChannel::Peek ShmChannel::peek(int peer, int slot, std::uint64_t stamp) const noexcept {
+  const SlotHeader& s = slot_header(peer, slot);
   Peek p;
-  if (s.round.load(std::memory_order_acquire) != round) return p;
+  if (s.stamp.load(std::memory_order_acquire) < stamp) return p;
   p.ready = true;
   p.hash = s.hash.load(std::memory_order_relaxed);
   p.bytes = s.bytes.load(std::memory_order_relaxed);
-  p.data = {reinterpret_cast<const std::byte*>(&s + 1), std::min<std::size_t>(p.bytes, slot_bytes_)};
+  p.data = {reinterpret_cast<const std::byte*>(&s + 1), std::min<std::size_t>(p.bytes, layout_.slot_bytes)};
   return p;
 }
 
@@ -223,12 +244,15 @@ ShmChannel::Announcement ShmChannel::announced(int peer) const noexcept {
   return a;
 }
 
-void ShmChannel::sleep_until_published(int peer, std::uint64_t round, std::chrono::microseconds max_wait) noexcept {
-  SlotHeader& s = slot(peer, round);
+void ShmChannel::sleep_until_published(int peer, int slot, std::uint64_t stamp,
+                                       std::chrono::microseconds max_wait) noexcept {
+  SlotHeader& s = slot_header(peer, slot);
   auto& sleepers = header().sleepers;
   sleepers.fetch_add(1, std::memory_order_seq_cst);
+  // The futex word is read before the stamp: a publish after this read
+  // changes the word, so the wait below returns at once instead of sleeping.
   const std::uint32_t seen = s.futex.load(std::memory_order_seq_cst);
-  if (seen != futex_value(round)) {
+  if (s.stamp.load(std::memory_order_seq_cst) < stamp) {
     const auto us = max_wait.count();
     timespec timeout{static_cast<time_t>(us / 1'000'000), static_cast<long>(us % 1'000'000) * 1000};
     ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&s.futex), FUTEX_WAIT, seen, &timeout, nullptr, 0);

@@ -1,13 +1,12 @@
-// A node-local shared-memory mailbox for small collectives (docs/collectives.md
-// #shared-memory-allreduce): one POSIX shared-memory segment per communicator,
-// mapped by every rank, with two slots per rank (round parity) that a rank
-// writes and every peer reads.
-//
-// Why two slots are enough: a rank writes round r's data into slot r % 2 only
-// after it finished round r - 1, which needed every peer's round r - 1 data,
-// which every peer wrote only after it finished round r - 2 — including reading
-// this rank's slot r % 2. So nobody overwrites data a peer may still read,
-// without any acknowledgement traffic.
+// A node-local shared-memory channel for collectives (docs/collectives.md
+// #shared-memory-allreduce): one POSIX shared-memory segment, mapped by every
+// rank, with a few slots per rank that only their rank writes and every peer
+// reads. A slot carries a stamp that only grows: a writer publishes data (or a
+// new state of the data) by storing a larger stamp, and a reader waits until
+// the stamp reached the one it needs. Which slot and stamp a round uses, and
+// why the slot is free again when it is rewritten, is the algorithm's
+// business (collectives/allreduce_shm*.cpp); the channel only moves the bytes
+// and the stamps and lets readers sleep.
 //
 // Waiting: a reader spins briefly, then yields, then sleeps on a futex in the
 // segment (shared between processes) so that oversubscribed ranks do not burn
@@ -44,14 +43,23 @@ class ShmChannel {
   };
 
  public:
-  // Rank 0: creates (O_EXCL, mode 0600) and maps a fresh segment for `nranks`
-  // ranks with slots of `slot_bytes`. Throws TransportError naming the call
-  // and errno on failure.
-  static std::unique_ptr<ShmChannel> create(std::string name, int nranks, int rank, std::size_t slot_bytes);
+  // The shape of a segment: every rank has `slots` slots of `slot_bytes`.
+  struct Layout {
+    int nranks = 1;
+    int slots = 2;
+    std::size_t slot_bytes = 0;
+    bool operator==(const Layout&) const = default;
+  };
+  // Rank 0: creates (O_EXCL, mode 0600), reserves (posix_fallocate: a full
+  // /dev/shm is an error here, not a SIGBUS later) and maps a fresh segment.
+  // Throws TransportError naming the call and errno on failure.
+  static std::unique_ptr<ShmChannel> create(std::string name, const Layout& layout, int rank);
   // Other ranks: maps the segment rank 0 created, checking its layout.
-  static std::unique_ptr<ShmChannel> open(std::string name, int nranks, int rank, std::size_t slot_bytes);
+  static std::unique_ptr<ShmChannel> open(std::string name, const Layout& layout, int rank);
+  // The bytes of /dev/shm a segment of this layout takes.
+  static std::size_t segment_bytes(const Layout& layout) noexcept;
   // Through create() and open() only.
-  ShmChannel(Key, std::string name, int nranks, int rank, std::size_t slot_bytes, void* base, std::size_t mapped);
+  ShmChannel(Key, std::string name, const Layout& layout, int rank, void* base, std::size_t mapped);
   ~ShmChannel();
   ShmChannel(const ShmChannel&) = delete;
   ShmChannel& operator=(const ShmChannel&) = delete;
@@ -61,19 +69,21 @@ class ShmChannel {
   // A fresh name for rank 0 to create: /antdt-<pid>-<comm id>-<random>.
   static std::string make_name(std::uint32_t comm_id);
 
-  int nranks() const noexcept { return nranks_; }
+  int nranks() const noexcept { return layout_.nranks; }
   int rank() const noexcept { return rank_; }
-  std::size_t slot_bytes() const noexcept { return slot_bytes_; }
+  int slots() const noexcept { return layout_.slots; }
+  std::size_t slot_bytes() const noexcept { return layout_.slot_bytes; }
 
   // The next round number of this channel (1, 2, ...): every rank uses rounds
-  // in the same order.
+  // in the same order. The algorithm derives slots and stamps from it.
   std::uint64_t next_round() noexcept { return ++round_; }
 
-  // This rank's slot for `round`, to fill before publish().
-  std::span<std::byte> own_slot(std::uint64_t round) noexcept;
-  // Makes this rank's slot for `round` visible with `bytes` bytes of data and
-  // the call's signature hash, and wakes sleeping readers.
-  void publish(std::uint64_t round, std::uint64_t hash, std::size_t bytes) noexcept;
+  // This rank's slot `slot` (0 .. slots() - 1), to fill before publish().
+  std::span<std::byte> own_slot(int slot) noexcept;
+  // Makes this rank's slot `slot` visible at `stamp` (larger than any stamp the
+  // slot had) with `bytes` bytes of data and the call's signature hash, and
+  // wakes sleeping readers.
+  void publish(int slot, std::uint64_t stamp, std::uint64_t hash, std::size_t bytes) noexcept;
 
   struct Peek {
     bool ready = false;
@@ -81,8 +91,8 @@ class ShmChannel {
     std::size_t bytes = 0;
     std::span<const std::byte> data;
   };
-  // `peer`'s slot for `round`: ready once the peer published that round.
-  Peek peek(int peer, std::uint64_t round) const noexcept;
+  // `peer`'s slot `slot`: ready once the peer published it at `stamp` or later.
+  Peek peek(int peer, int slot, std::uint64_t stamp) const noexcept;
 
   // What a rank announces at the start of every collective call (sequence
   // number and signature hash), so that a rank waiting here for a peer that
@@ -93,21 +103,20 @@ class ShmChannel {
   };
   Announcement announced(int peer) const noexcept;
 
-  // Sleeps until `peer`'s slot for `round` may have changed, or `max_wait`
+  // Sleeps until `peer`'s slot `slot` may have reached `stamp`, or `max_wait`
   // (a futex wait; spurious returns are fine). Callers spin and yield first.
-  void sleep_until_published(int peer, std::uint64_t round, std::chrono::microseconds max_wait) noexcept;
+  void sleep_until_published(int peer, int slot, std::uint64_t stamp, std::chrono::microseconds max_wait) noexcept;
 
  private:
   struct SlotHeader;
   struct SegmentHeader;
   static std::size_t slot_stride(std::size_t slot_bytes) noexcept;
-  static std::size_t segment_bytes(int nranks, std::size_t slot_bytes) noexcept;
   SegmentHeader& header() const noexcept;
-  SlotHeader& slot(int rank, std::uint64_t round) const noexcept;
+  SlotHeader& slot_header(int rank, int slot) const noexcept;
 
   std::string name_;
-  int nranks_, rank_;
-  std::size_t slot_bytes_;
+  Layout layout_;
+  int rank_;
   void* base_;
   std::size_t mapped_;
   bool unlinked_ = false;

@@ -1,11 +1,12 @@
-// The node-local shared-memory AllReduce (collectives/allreduce_shm.cpp,
-// core/shm_channel.hpp) with ranks as threads over both transports: every
-// dtype x op x 1..5 ranks x odd counts x in place against the reference and
-// bit-identical on every rank; many rounds through the two slots of each
-// rank; the sleeping (futex) wait; mismatched calls on the same path and on
-// different paths; the set-up leaves nothing in /dev/shm; a segment with
-// another layout is refused. Multi-process coverage: the mpirun collective
-// tests, whose small AllReduces take this path.
+// The node-local shared-memory AllReduces — the mailbox of small messages
+// (collectives/allreduce_shm.cpp) and the bulk area of large ones
+// (allreduce_shm_bulk.cpp), core/shm_channel.hpp — with ranks as threads over
+// both transports: every dtype x op x 1..5 ranks x odd counts x in place
+// against the reference and bit-identical on every rank; many rounds through
+// the slots of each rank; the sleeping (futex) wait; mismatched calls on the
+// same path and on different paths; the set-up leaves nothing in /dev/shm; a
+// segment with another layout is refused. Multi-process coverage: the mpirun
+// collective tests, whose AllReduces take these paths.
 #include "comm_fixture.hpp"
 #include "reference.hpp"
 
@@ -29,6 +30,15 @@ Config shm_config(AllreduceAlgo algo = AllreduceAlgo::shm) {
   Config cfg = test_config();
   cfg.allreduce_algo = algo;
   cfg.shm_max_bytes = 16 << 10;
+  return cfg;
+}
+
+// Small limits, so that tests' vectors take the bulk area in several blocks
+// (4 KiB: 512 u64) with slices of every shape, including empty ones.
+Config bulk_config(AllreduceAlgo algo = AllreduceAlgo::shm) {
+  Config cfg = shm_config(algo);
+  cfg.shm_max_bytes = 256;
+  cfg.shm_bulk_bytes = 4096;
   return cfg;
 }
 
@@ -85,14 +95,56 @@ TEST_P(ShmAllreduce, EveryDtypeAndOpMatchesTheReferenceOnEveryRank) {
   EXPECT_TRUE(leftover_segments().empty());
 }
 
+TEST_P(ShmAllreduce, BulkAreaEveryDtypeAndOpMatchesTheReferenceOnEveryRank) {
+  const auto [kind, n] = GetParam();
+  std::vector<std::vector<std::byte>> results(static_cast<std::size_t>(n));
+  expect_all_ok(run_ranks(
+      n, kind,
+      [&](Communicator& comm) {
+        const int r = comm.rank();
+        std::vector<std::byte> all_results;
+        for (DataType t : kAllTypes) {
+          const std::size_t esize = dtype_size(t);
+          for (ReduceOp op : kAllOps) {
+            // Just past the mailbox, one block, a block and a bit, several uneven blocks.
+            for (std::size_t count : {257 / esize + 1, 4096 / esize, 4096 / esize + 3, std::size_t{5003}}) {
+              for (bool in_place : {false, true}) {
+                std::vector<std::byte> send(count * esize), recv(count * esize);
+                for (std::size_t i = 0; i < count; ++i) store(t, send.data(), i, input(t, op, r, i));
+                void* out = in_place ? send.data() : recv.data();
+                comm.allreduce(send.data(), out, count, t, op);
+                const auto* got = static_cast<const std::byte*>(out);
+                for (std::size_t i = 0; i < count; ++i) {
+                  const double want = expected(t, op, n, i), value = load(t, got, i);
+                  if (!close_enough(t, op, value, want))
+                    throw std::runtime_error(cat(dtype_name(t), " ", op_name(op), " count ", count,
+                                                 in_place ? " in place" : "", ": element ", i, " is ", value,
+                                                 ", expected ", want));
+                }
+                all_results.insert(all_results.end(), got, got + count * esize);
+              }
+            }
+          }
+        }
+        results[static_cast<std::size_t>(r)] = std::move(all_results);
+        if (n > 1 && comm.impl().shm(detail::ShmArea::bulk) == nullptr)
+          throw std::runtime_error("the bulk area was not set up");
+        if (comm.impl().shm_tried(detail::ShmArea::mailbox)) throw std::runtime_error("the mailbox was set up");
+      },
+      bulk_config()));
+  for (int r = 1; r < n; ++r) EXPECT_EQ(results[static_cast<std::size_t>(r)], results[0]) << "rank " << r;
+  EXPECT_TRUE(leftover_segments().empty());
+}
+
 TEST_P(ShmAllreduce, ResultIsTheRankOrderReduction) {
   // Every rank must compute ((x0 + x1) + x2) + ...: f32 values whose sums
   // round differently in another order.
   const auto [kind, n] = GetParam();
+  for (const std::size_t count : {std::size_t{64}, std::size_t{3000}})  // the mailbox, the bulk area
   expect_all_ok(run_ranks(
       n, kind,
       [&](Communicator& comm) {
-        std::vector<float> send(64), got(64);
+        std::vector<float> send(count), got(count);
         for (std::size_t i = 0; i < send.size(); ++i)
           send[i] = comm.rank() % 2 == 0 ? 1e8f : 1.0f + static_cast<float>(i % 3) * 0.37f;
         comm.allreduce(send.data(), got.data(), send.size(), DataType::f32, ReduceOp::sum);
@@ -106,7 +158,27 @@ TEST_P(ShmAllreduce, ResultIsTheRankOrderReduction) {
             throw std::runtime_error(cat("element ", i, " is ", got[i], ", the rank-order sum is ", want));
         }
       },
-      shm_config()));
+      bulk_config()));
+}
+
+TEST_P(ShmAllreduce, BulkAreaManyCallsOfChangingSizesReuseTheThreeSlots) {
+  const auto [kind, n] = GetParam();
+  expect_all_ok(run_ranks(
+      n, kind,
+      [&](Communicator& comm) {
+        for (std::uint64_t round = 0; round < 300; ++round) {
+          const std::size_t count = 33 + (round * 397) % 2600;  // 1 to 6 blocks of 512
+          std::vector<std::uint64_t> v(count);
+          for (std::size_t i = 0; i < count; ++i) v[i] = round * 1000 + static_cast<std::uint64_t>(comm.rank()) + i;
+          comm.allreduce(v.data(), v.data(), count, DataType::u64, ReduceOp::sum);
+          const auto nn = static_cast<std::uint64_t>(n);
+          for (std::size_t i = 0; i < count; ++i) {
+            const std::uint64_t want = nn * (round * 1000 + i) + nn * (nn - 1) / 2;
+            if (v[i] != want) throw std::runtime_error(cat("round ", round, " element ", i, ": ", v[i], " != ", want));
+          }
+        }
+      },
+      bulk_config()));
 }
 
 TEST_P(ShmAllreduce, ManyRoundsReuseBothSlotsWithoutMixingData) {
@@ -155,6 +227,39 @@ TEST(ShmAllreduceWait, SleepingReadersAreWokenByTheWriter) {
       cfg));
 }
 
+TEST(ShmAllreduceWait, BulkAreaSleepingReadersAreWokenByTheWriter) {
+  Config cfg = bulk_config();
+  cfg.progress = ProgressMode::wake;
+  const int n = 3;
+  expect_all_ok(run_ranks(
+      n, TransportKind::inproc,
+      [&](Communicator& comm) {
+        std::vector<std::int32_t> v(3000);
+        for (int round = 0; round < 10; ++round) {
+          if (comm.rank() == round % n) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+          for (std::size_t i = 0; i < v.size(); ++i) v[i] = comm.rank() + round + static_cast<int>(i);
+          comm.allreduce(v.data(), v.data(), v.size(), DataType::i32, ReduceOp::max);
+          for (std::size_t i = 0; i < v.size(); ++i)
+            if (v[i] != n - 1 + round + static_cast<int>(i))
+              throw std::runtime_error(cat("round ", round, " element ", i, ": max is ", v[i]));
+        }
+      },
+      cfg));
+}
+
+TEST(ShmAllreduceMismatch, DifferentCountsInTheBulkAreaFailWithMismatch) {
+  const int n = 3;
+  const Outcomes out = run_ranks(
+      n, TransportKind::inproc,
+      [&](Communicator& comm) {
+        std::vector<float> v(4000, 1.0f);
+        comm.allreduce(v.data(), v.data(), 3000, DataType::f32, ReduceOp::sum);  // sets the bulk area up
+        comm.allreduce(v.data(), v.data(), comm.rank() == 1 ? 3001 : 3000, DataType::f32, ReduceOp::sum);
+      },
+      bulk_config());
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(failed_with<MismatchError>(out, r)) << r << ": " << failure_of(out, r);
+}
+
 TEST(ShmAllreduceMismatch, DifferentCountsOnTheSharedMemoryPathFailWithMismatch) {
   const int n = 3;
   const Outcomes out = run_ranks(
@@ -193,6 +298,7 @@ TEST(ShmAllreduceSelection, ForcedTransportAlgorithmsAndZeroLimitNeverUseSharedM
                      [] {
                        Config c = shm_config(AllreduceAlgo::automatic);
                        c.shm_max_bytes = 0;
+                       c.shm_bulk_bytes = 0;
                        return c;
                      }()}) {
     expect_all_ok(run_ranks(
@@ -201,7 +307,11 @@ TEST(ShmAllreduceSelection, ForcedTransportAlgorithmsAndZeroLimitNeverUseSharedM
           float v = 1;
           comm.allreduce(&v, &v, 1, DataType::f32, ReduceOp::sum);
           if (v != 2) throw std::runtime_error(cat("sum is ", v));
+          std::vector<float> big(20000, 1.0f);  // past every mailbox limit here
+          comm.allreduce(big.data(), big.data(), big.size(), DataType::f32, ReduceOp::sum);
+          if (big.front() != 2 || big.back() != 2) throw std::runtime_error(cat("sum is ", big.front()));
           if (comm.impl().shm_tried()) throw std::runtime_error("the mailbox was set up");
+          if (comm.impl().shm_tried(detail::ShmArea::bulk)) throw std::runtime_error("the bulk area was set up");
         },
         cfg));
   }
@@ -209,23 +319,28 @@ TEST(ShmAllreduceSelection, ForcedTransportAlgorithmsAndZeroLimitNeverUseSharedM
 
 TEST(ShmChannel, OpenRefusesASegmentOfAnotherLayoutAndCreateRefusesAnExistingName) {
   const std::string name = detail::ShmChannel::make_name(7);
-  auto created = detail::ShmChannel::create(name, 2, 0, 1024);
-  EXPECT_THROW(detail::ShmChannel::create(name, 2, 0, 1024), TransportError);
-  EXPECT_THROW(detail::ShmChannel::open(name, 3, 1, 1024), TransportError);  // size differs
-  auto opened = detail::ShmChannel::open(name, 2, 1, 1024);
-  // Data published by one side is seen by the other, for the right round only.
-  const std::uint64_t round = created->next_round();
-  std::memset(created->own_slot(round).data(), 0x5a, 10);
-  EXPECT_FALSE(opened->peek(0, round).ready);
-  created->publish(round, 99, 10);
-  const auto p = opened->peek(0, round);
+  const detail::ShmChannel::Layout layout{2, 2, 1024};
+  auto created = detail::ShmChannel::create(name, layout, 0);
+  EXPECT_THROW(detail::ShmChannel::create(name, layout, 0), TransportError);
+  EXPECT_THROW(detail::ShmChannel::open(name, {3, 2, 1024}, 1), TransportError);  // size differs
+  // Same number of bytes, another shape (one slot of 2144 bytes = two of 1024 with headers): the header says no.
+  ASSERT_EQ(detail::ShmChannel::segment_bytes({2, 1, 2144}), detail::ShmChannel::segment_bytes(layout));
+  EXPECT_THROW(detail::ShmChannel::open(name, {2, 1, 2144}, 1), TransportError);
+  auto opened = detail::ShmChannel::open(name, layout, 1);
+  // Data published by one side is seen by the other, in the right slot, from its stamp on.
+  std::memset(created->own_slot(1).data(), 0x5a, 10);
+  EXPECT_FALSE(opened->peek(0, 1, 3).ready);
+  created->publish(1, 3, 99, 10);
+  const auto p = opened->peek(0, 1, 3);
   ASSERT_TRUE(p.ready);
   EXPECT_EQ(p.hash, 99u);
   ASSERT_EQ(p.data.size(), 10u);
   EXPECT_EQ(p.data[9], std::byte{0x5a});
-  EXPECT_FALSE(opened->peek(0, round + 1).ready);
+  EXPECT_TRUE(opened->peek(0, 1, 2).ready);   // an earlier stamp is passed too
+  EXPECT_FALSE(opened->peek(0, 1, 4).ready);  // a later one is not
+  EXPECT_FALSE(opened->peek(0, 0, 1).ready);  // the other slot was never published
   created.reset();  // rank 0 removes the name
-  EXPECT_THROW(detail::ShmChannel::open(name, 2, 1, 1024), TransportError);
+  EXPECT_THROW(detail::ShmChannel::open(name, layout, 1), TransportError);
 }
 
 }  // namespace

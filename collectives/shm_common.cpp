@@ -1,0 +1,160 @@
+#include "collectives/shm_common.hpp"
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+#include <array>
+#include <cstring>
+#include <sched.h>
+
+namespace antdt::coll {
+namespace {
+
+using detail::NodeKey;
+using detail::ShmArea;
+using detail::ShmChannel;
+
+constexpr std::size_t kNameBytes = 64;  // set-up message: ok byte + segment name
+
+void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+std::span<const std::byte> as_bytes_of(const auto& v) { return std::as_bytes(std::span(&v, 1)); }
+std::span<std::byte> as_writable_bytes_of(auto& v) { return std::as_writable_bytes(std::span(&v, 1)); }
+
+const char* area_name(ShmArea area) { return area == ShmArea::mailbox ? "mailbox" : "bulk area"; }
+
+// Rank 0's side of the set-up. Returns the channel when every rank mapped it.
+std::unique_ptr<ShmChannel> set_up_root(Call& call, const ShmChannel::Layout& layout, ShmArea area) {
+  const int n = call.size();
+  const NodeKey mine = NodeKey::local();
+  std::vector<NodeKey> keys(static_cast<std::size_t>(n));
+  for (int p = 1; p < n; ++p) call.recv(static_cast<std::size_t>(p - 1), p, as_writable_bytes_of(keys[p]));
+  call.wait_all();
+  bool same_node = true;
+  for (int p = 1; p < n; ++p) same_node &= keys[static_cast<std::size_t>(p)] == mine;
+
+  std::unique_ptr<ShmChannel> channel;
+  std::array<char, kNameBytes> offer{};
+  if (same_node) {
+    const std::string name = ShmChannel::make_name(call.comm().id());
+    try {
+      channel = ShmChannel::create(name, layout, 0);
+      offer[0] = 1;
+      std::memcpy(offer.data() + 1, name.data(), std::min(name.size(), kNameBytes - 2));
+    } catch (const TransportError& e) {
+      ANTDT_INFO("shared-memory AllReduce ", area_name(area), " unavailable: ", e.what());
+    }
+  }
+  std::size_t index = static_cast<std::size_t>(n);
+  for (int p = 1; p < n; ++p) call.send(index++, p, std::as_bytes(std::span(offer)));
+  std::vector<std::uint8_t> mapped(static_cast<std::size_t>(n), 0);
+  for (int p = 1; p < n; ++p) call.recv(index++, p, std::as_writable_bytes(std::span(&mapped[p], 1)));
+  call.wait_all();
+  std::uint8_t verdict = channel ? 1 : 0;
+  for (int p = 1; p < n; ++p) verdict &= mapped[static_cast<std::size_t>(p)];
+  for (int p = 1; p < n; ++p) call.send(index++, p, as_bytes_of(verdict));
+  call.wait_all();
+  if (channel) channel->unlink();  // every rank that could map it did: the name is no longer needed
+  if (verdict == 0) channel.reset();
+  return channel;
+}
+
+std::unique_ptr<ShmChannel> set_up_peer(Call& call, const ShmChannel::Layout& layout, ShmArea area) {
+  const NodeKey mine = NodeKey::local();
+  std::size_t index = 0;
+  call.send(index++, 0, as_bytes_of(mine));
+  std::array<char, kNameBytes> offer{};
+  call.wait(call.recv(index++, 0, std::as_writable_bytes(std::span(offer))));
+  std::unique_ptr<ShmChannel> channel;
+  if (offer[0] == 1) {
+    offer.back() = '\0';
+    try {
+      channel = ShmChannel::open(std::string(offer.data() + 1), layout, call.rank());
+    } catch (const TransportError& e) {
+      ANTDT_INFO("shared-memory AllReduce ", area_name(area), " unavailable: ", e.what());
+    }
+  }
+  const std::uint8_t ok = channel ? 1 : 0;
+  call.send(index++, 0, as_bytes_of(ok));
+  std::uint8_t verdict = 0;
+  call.wait(call.recv(index++, 0, as_writable_bytes_of(verdict)));
+  call.wait_all();
+  if (verdict == 0) channel.reset();
+  return channel;
+}
+
+}  // namespace
+
+ShmChannel::Layout shm_layout(const Call& call, ShmArea area) {
+  const Config& cfg = call.config();
+  // The mailbox needs two slots (round parity); the bulk area three, because a
+  // rank stages block k + 1 while peers may still read block k - 1
+  // (allreduce_shm_bulk.cpp).
+  if (area == ShmArea::mailbox) return {call.size(), 2, cfg.shm_max_bytes};
+  return {call.size(), 3, cfg.shm_bulk_bytes};
+}
+
+bool shm_ready(Call& call, ShmArea area) {
+  detail::CommImpl& comm = call.comm();
+  if (!comm.shm_tried(area)) {
+    const ShmChannel::Layout layout = shm_layout(call, area);
+    comm.set_shm(area, call.rank() == 0 ? set_up_root(call, layout, area) : set_up_peer(call, layout, area));
+    call.set_index_base(call.next_free_index());
+    ANTDT_INFO("shared-memory AllReduce ", area_name(area), comm.shm(area) ? " enabled" : " not available", " for ",
+               call.size(), " ranks (", layout.slots, " slots of ", layout.slot_bytes, " bytes per rank)");
+  }
+  return comm.shm(area) != nullptr;
+}
+
+ShmChannel::Peek shm_wait_for(Call& call, ShmChannel& channel, int peer, int slot, std::uint64_t stamp,
+                              const char* what) {
+  ShmChannel::Peek p = channel.peek(peer, slot, stamp);
+  if (p.ready) return p;
+  for (int i = 0; i < 256; ++i) {  // ~1-4 us: a peer on another core is usually this close
+    cpu_relax();
+    if ((p = channel.peek(peer, slot, stamp)).ready) return p;
+  }
+  const auto& cfg = call.config();
+  const auto start = transport::Clock::now();
+  const auto spin_end = cfg.progress == ProgressMode::spin   ? transport::Deadline::max()
+                        : cfg.progress == ProgressMode::wake ? start
+                                                             : start + cfg.spin_before_sleep;
+  for (;;) {
+    if ((p = channel.peek(peer, slot, stamp)).ready) return p;
+    if (call.sequenced()) {
+      const auto a = channel.announced(peer);
+      // (Its data may have arrived since the peek: then the slot's own hash decides.)
+      if (a.seq == call.seq() && a.hash != call.signature_hash() && !channel.peek(peer, slot, stamp).ready)
+        call.fail_mismatch(cat("rank ", call.rank(), " called ", call.signature().describe(), " #", call.seq(),
+                               " but rank ", peer, " called a different collective or with a different count, "
+                               "dtype or op; all ranks must call collectives with the same arguments"));
+    }
+    const auto now = transport::Clock::now();
+    if (now >= call.deadline())
+      call.fail_timeout(cat("rank ", call.rank(), " timed out after ", cfg.timeout.count(),
+                            " ms (ANTDT_TIMEOUT_MS) in ", call.signature().describe(), " #", call.seq(),
+                            " waiting for rank ", peer, "'s ", what, " in shared memory"));
+    if (now < spin_end) {
+      sched_yield();
+      continue;
+    }
+    call.check_aborted();  // drives the transport once: aborts arrive as messages
+    channel.sleep_until_published(peer, slot, stamp, std::chrono::milliseconds(1));
+  }
+}
+
+void shm_check_peer(Call& call, const ShmChannel::Peek& peek, int peer, std::size_t bytes) {
+  if (peek.hash != call.signature_hash() || peek.bytes != bytes)
+    call.fail_mismatch(cat("rank ", call.rank(), " called ", call.signature().describe(), " #", call.seq(),
+                           " but rank ", peer, " called a different collective or with a different count, "
+                           "dtype or op (it shared ", peek.bytes, " bytes where ", bytes,
+                           " were expected); all ranks must call collectives with the same arguments"));
+}
+
+}  // namespace antdt::coll
