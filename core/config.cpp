@@ -180,8 +180,8 @@ constexpr std::array<std::pair<std::string_view, GpuPath>, 3> kGpuPaths{{
     {"auto", GpuPath::automatic}, {"ipc", GpuPath::ipc}, {"staged", GpuPath::staged}}};
 constexpr std::array<std::pair<std::string_view, ProgressMode>, 3> kProgressModes{{
     {"auto", ProgressMode::automatic}, {"spin", ProgressMode::spin}, {"wake", ProgressMode::wake}}};
-constexpr std::array<std::pair<std::string_view, BindMode>, 4> kBindModes{{
 constexpr std::array<std::pair<std::string_view, bool>, 2> kAsyncProgress{{{"thread", true}, {"caller", false}}};
+constexpr std::array<std::pair<std::string_view, BindMode>, 4> kBindModes{{
     {"auto", BindMode::automatic}, {"none", BindMode::none}, {"cores", BindMode::cores}, {"numa", BindMode::numa}}};
 constexpr std::array<std::pair<std::string_view, std::string_view>, 3> kDdsShuffles{{
     {"samples", "samples"}, {"blocks", "blocks"}, {"none", "none"}}};
@@ -462,7 +462,6 @@ std::vector<std::string> Config::describe() const {
   lines.push_back(cat("ANTDT_ROOT=", root.empty() ? "(unset)" : root));
   lines.push_back(cat("ANTDT_SECRET=", secret.empty() ? "(unset)" : "(set, not shown)"));
   lines.push_back(cat("ANTDT_BOOTSTRAP_DIR=", bootstrap_dir));
-  lines.push_back(cat("ANTDT_ASYNC_PROGRESS=", name_of(progress_thread, kAsyncProgress)));
   lines.push_back(cat("ANTDT_MONITOR_WINDOW=", monitor_window));
   lines.push_back(cat("ANTDT_MONITOR_ALPHA=", monitor_alpha));
   lines.push_back(cat("ANTDT_MONITOR_THETA=", monitor_theta));
