@@ -6,6 +6,11 @@ target_compile_options(antdt_pushpull_perf PRIVATE ${ANTDT_WARNINGS})
 target_link_libraries(antdt_pushpull_perf PRIVATE antdt_perf_common)
 set_target_properties(antdt_pushpull_perf PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
 install(TARGETS antdt_pushpull_perf RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT perf)
+if(ANTDT_CUDA_ENABLED)
+  # -G / ANTDT_MEM=device: the tool allocates its tensors with cudaMalloc.
+  target_link_libraries(antdt_pushpull_perf PRIVATE CUDA::cudart)
+  target_compile_definitions(antdt_pushpull_perf PRIVATE ANTDT_PUSHPULL_PERF_CUDA=1)
+endif()
 
 if(COMMAND antdt_add_perf_smoke_test)
   # Sizes across several 4 KiB partitions (ANTDT_PS_PARTITION_BYTES=4K), odd rank counts, every float dtype.

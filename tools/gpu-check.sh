@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The GPU check: on a machine with a CUDA GPU (written for one H100/H200),
 # builds what it needs, runs the GPU unit tests (kernels, staging, IPC, and
-# the collectives on device buffers through both paths), the reduction-kernel
-# benchmark, and a 2-rank AllReduce of 256 MiB from host memory and from
-# device memory through the staged and the IPC path. Everything goes to one
+# the collectives and push-pull on device buffers), the reduction-kernel
+# benchmark, a 2-rank AllReduce of 256 MiB from host memory and from device
+# memory through the staged and the IPC path, and a 2-rank push-pull round of
+# 64 MiB from host and from device memory. Everything goes to one
 # results file: $OUT/gpu-check.txt when OUT is set, else <build>/gpu-check.txt.
 # Every step runs under `timeout`, inside an overall budget, so the whole check
 # ends well within 10 minutes.
@@ -12,6 +13,7 @@
 #   ANTDT_GPU_BENCH_BYTES   bytes per buffer for the kernel benchmark (default 256M)
 #   ANTDT_GPU_ARCH          CUDA architecture to build (default: the GPU's, else 90)
 #   ANTDT_GPU_PERF_BYTES    AllReduce size of the perf step (default 256M)
+#   ANTDT_GPU_PP_BYTES      push-pull key size of the perf step (default 64M)
 # Exit status: 0 when every step that ran passed, 1 otherwise (skipped steps
 # are not failures), 2 when no GPU is visible.
 set -uo pipefail
@@ -21,6 +23,7 @@ build="${ANTDT_GPU_BUILD_DIR:-$repo/build-gpu}"
 budget="${ANTDT_GPU_BUDGET_S:-540}"
 bench_bytes="${ANTDT_GPU_BENCH_BYTES:-256M}"
 perf_bytes="${ANTDT_GPU_PERF_BYTES:-256M}"
+pp_bytes="${ANTDT_GPU_PP_BYTES:-64M}"
 jobs="$(nproc)"
 mkdir -p "$build"
 if [[ -n "${OUT:-}" ]]; then
@@ -108,14 +111,16 @@ log "arch:    $arch; cores: $jobs; budget: ${budget}s"
 step "configure" 150 cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DANTDT_WITH_CUDA=ON -DANTDT_CUDA_ARCHITECTURES="$arch" -DCMAKE_CUDA_ARCHITECTURES="$arch" \
   -DANTDT_BUILD_TESTS=ON -DANTDT_BUILD_PERF=ON || finish 1
-targets=(antdt_gpu_tests antdt_reduce_kernel_bench antdt_allreduce_perf antdt_allreduce_device_perf)
+targets=(antdt_gpu_tests antdt_reduce_kernel_bench antdt_allreduce_perf antdt_allreduce_device_perf
+  antdt_pushpull_perf)
 step "build" 330 cmake --build "$build" -j "$jobs" --target "${targets[@]}" || finish 1
 
 # ---------------------------------------------------------------------------
 # GPU unit tests (every kernel against the CPU reference, event timing,
 # staging, IPC across processes, device memory; GpuCollectives: staged and IPC
-# AllReduce for every dtype x op with 2-4 ranks on this GPU; Device*: the
-# same paths' logic on a fake device).
+# AllReduce for every dtype x op with 2-4 ranks on this GPU; GpuPushPull:
+# push-pull on device buffers, every dtype, 1-4 ranks, mixed placements;
+# Device*: the same paths' logic on a fake device).
 # ---------------------------------------------------------------------------
 step "gpu unit tests" 240 "$build/cuda/antdt_gpu_tests" --gtest_filter='Cuda*:*Gpu*:Device*' --gtest_color=no
 # On a GPU machine a skipped GPU test is a failure of the check (driver too
@@ -141,8 +146,8 @@ step "reduce kernel bench ($bench_bytes)" 90 "$build/perf/antdt_reduce_kernel_be
 # ---------------------------------------------------------------------------
 if ! command -v mpirun >/dev/null 2>&1; then
   log ""
-  log "== allreduce perf: SKIPPED (no mpirun)"
-  summary+=("SKIPPED  allreduce perf (no mpirun)")
+  log "== allreduce and push-pull perf: SKIPPED (no mpirun)"
+  summary+=("SKIPPED  allreduce and push-pull perf (no mpirun)")
 else
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   export OMPI_MCA_rmaps_base_oversubscribe=1 UCX_WARN_UNUSED_ENV_VARS=n
@@ -154,6 +159,14 @@ else
       mpirun -np 2 --bind-to none -x ANTDT_MEM=device -x ANTDT_GPU_PATH="$path" \
       "$build/perf/antdt_allreduce_device_perf" "${perf_args[@]}"
   done
+  # Push-pull rounds (push + pull, weight 1, avg) of one $pp_bytes key, every
+  # rank serving a shard: from host memory, then from device memory (staged
+  # through pinned slots, stream synchronised after each round); results checked.
+  pp_args=(-b "$pp_bytes" -e "$pp_bytes" -n 10 -w 3 -c 1 -o avg)
+  step "push-pull perf $pp_bytes, 2 ranks, host memory" 60 \
+    mpirun -np 2 --bind-to none "$build/perf/antdt_pushpull_perf" "${pp_args[@]}"
+  step "push-pull perf $pp_bytes, 2 ranks, device memory" 60 \
+    mpirun -np 2 --bind-to none -x ANTDT_MEM=device "$build/perf/antdt_pushpull_perf" "${pp_args[@]}"
 fi
 
 if ((failures > 0)); then finish 1; fi
