@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstring>
 #include <dirent.h>
+#include <functional>
 #include <stdexcept>
 #include <thread>
 #include <unistd.h>
@@ -56,8 +57,12 @@ std::vector<std::string> leftover_segments() {
 
 class ShmAllreduce : public ::testing::TestWithParam<std::tuple<TransportKind, int>> {};
 
-TEST_P(ShmAllreduce, EveryDtypeAndOpMatchesTheReferenceOnEveryRank) {
-  const auto [kind, n] = GetParam();
+// Every dtype x op x the counts `counts_for(element size)` x in place and out
+// of place against the reference, and the same bits on every rank; then
+// `check_paths` on each rank (which channels were set up).
+void expect_every_dtype_and_op(TransportKind kind, int n, const Config& cfg,
+                               const std::function<std::vector<std::size_t>(std::size_t)>& counts_for,
+                               const std::function<void(Communicator&)>& check_paths) {
   std::vector<std::vector<std::byte>> results(static_cast<std::size_t>(n));
   expect_all_ok(run_ranks(
       n, kind,
@@ -67,8 +72,7 @@ TEST_P(ShmAllreduce, EveryDtypeAndOpMatchesTheReferenceOnEveryRank) {
         for (DataType t : kAllTypes) {
           const std::size_t esize = dtype_size(t);
           for (ReduceOp op : kAllOps) {
-            for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1003}}) {
-              if (count * esize > 16 << 10) continue;
+            for (std::size_t count : counts_for(esize)) {
               for (bool in_place : {false, true}) {
                 std::vector<std::byte> send(count * esize), recv(count * esize);
                 for (std::size_t i = 0; i < count; ++i) store(t, send.data(), i, input(t, op, r, i));
@@ -88,52 +92,40 @@ TEST_P(ShmAllreduce, EveryDtypeAndOpMatchesTheReferenceOnEveryRank) {
           }
         }
         results[static_cast<std::size_t>(r)] = std::move(all_results);
-        if (n > 1 && comm.impl().shm() == nullptr) throw std::runtime_error("the mailbox was not set up");
+        check_paths(comm);
       },
-      shm_config()));
+      cfg));
   for (int r = 1; r < n; ++r) EXPECT_EQ(results[static_cast<std::size_t>(r)], results[0]) << "rank " << r;
   EXPECT_TRUE(leftover_segments().empty());
 }
 
+TEST_P(ShmAllreduce, EveryDtypeAndOpMatchesTheReferenceOnEveryRank) {
+  const auto [kind, n] = GetParam();
+  expect_every_dtype_and_op(
+      kind, n, shm_config(),
+      [](std::size_t esize) {
+        std::vector<std::size_t> counts;
+        for (std::size_t count : {0, 1, 7, 1003})
+          if (count * esize <= 16 << 10) counts.push_back(count);
+        return counts;
+      },
+      [n = n](Communicator& comm) {
+        if (n > 1 && comm.impl().shm() == nullptr) throw std::runtime_error("the mailbox was not set up");
+      });
+}
+
 TEST_P(ShmAllreduce, BulkAreaEveryDtypeAndOpMatchesTheReferenceOnEveryRank) {
   const auto [kind, n] = GetParam();
-  std::vector<std::vector<std::byte>> results(static_cast<std::size_t>(n));
-  expect_all_ok(run_ranks(
-      n, kind,
-      [&](Communicator& comm) {
-        const int r = comm.rank();
-        std::vector<std::byte> all_results;
-        for (DataType t : kAllTypes) {
-          const std::size_t esize = dtype_size(t);
-          for (ReduceOp op : kAllOps) {
-            // Just past the mailbox, one block, a block and a bit, several uneven blocks.
-            for (std::size_t count : {257 / esize + 1, 4096 / esize, 4096 / esize + 3, std::size_t{5003}}) {
-              for (bool in_place : {false, true}) {
-                std::vector<std::byte> send(count * esize), recv(count * esize);
-                for (std::size_t i = 0; i < count; ++i) store(t, send.data(), i, input(t, op, r, i));
-                void* out = in_place ? send.data() : recv.data();
-                comm.allreduce(send.data(), out, count, t, op);
-                const auto* got = static_cast<const std::byte*>(out);
-                for (std::size_t i = 0; i < count; ++i) {
-                  const double want = expected(t, op, n, i), value = load(t, got, i);
-                  if (!close_enough(t, op, value, want))
-                    throw std::runtime_error(cat(dtype_name(t), " ", op_name(op), " count ", count,
-                                                 in_place ? " in place" : "", ": element ", i, " is ", value,
-                                                 ", expected ", want));
-                }
-                all_results.insert(all_results.end(), got, got + count * esize);
-              }
-            }
-          }
-        }
-        results[static_cast<std::size_t>(r)] = std::move(all_results);
+  expect_every_dtype_and_op(
+      kind, n, bulk_config(),
+      [](std::size_t esize) {  // just past the mailbox, one block, a block and a bit, several uneven blocks
+        return std::vector<std::size_t>{257 / esize + 1, 4096 / esize, 4096 / esize + 3, 5003};
+      },
+      [n = n](Communicator& comm) {
         if (n > 1 && comm.impl().shm(detail::ShmArea::bulk) == nullptr)
           throw std::runtime_error("the bulk area was not set up");
         if (comm.impl().shm_tried(detail::ShmArea::mailbox)) throw std::runtime_error("the mailbox was set up");
-      },
-      bulk_config()));
-  for (int r = 1; r < n; ++r) EXPECT_EQ(results[static_cast<std::size_t>(r)], results[0]) << "rank " << r;
-  EXPECT_TRUE(leftover_segments().empty());
+      });
 }
 
 TEST_P(ShmAllreduce, ResultIsTheRankOrderReduction) {
