@@ -77,6 +77,11 @@ class CommImpl {
   std::unique_ptr<CollectiveState>& partial_state() noexcept { return partial_state_; }
   // Step timing and traces (collectives/step_timing.cpp); created on first use.
   std::unique_ptr<CollectiveState>& step_state() noexcept { return step_state_; }
+  // Set (by the caller's thread) once step_state() holds its object, which then
+  // stays until destruction: collectives run by the progress thread read it
+  // only after seeing this, without a lock.
+  bool step_state_published() const noexcept { return step_state_published_.load(std::memory_order_acquire); }
+  void publish_step_state() noexcept { step_state_published_.store(true, std::memory_order_release); }
   // The control plane to the arbiter (empty when the communicator was made without one).
   control::Endpoints& control() noexcept { return control_; }
 
@@ -106,6 +111,7 @@ class CommImpl {
   std::array<bool, 2> shm_tried_{};
   std::unique_ptr<CollectiveState> partial_state_;  // may hold the arbiter thread, which uses control_
   std::unique_ptr<CollectiveState> step_state_;
+  std::atomic<bool> step_state_published_{false};
   // Last, so destroyed first: it cancels in-flight transfers while the transport still works.
   std::unique_ptr<CollectiveState> collective_state_;
 };
