@@ -25,6 +25,7 @@ namespace {
 
 std::atomic<cuda::DeviceBackend*> backend_override{nullptr};
 thread_local LastPath last_path = LastPath::none;
+thread_local LastPath last_bcast_path = LastPath::none;
 
 // The signature `layout` field of the IPC path's own messages: a rank that
 // runs a host or staged AllReduce while its peers run the IPC protocol (say,
@@ -32,6 +33,8 @@ thread_local LastPath last_path = LastPath::none;
 constexpr std::uint64_t kIpcExchangeLayout = 0x4950430000000001ULL;
 constexpr std::uint64_t kIpcReducedLayout = 0x4950430000000002ULL;
 constexpr std::uint64_t kIpcDoneLayout = 0x4950430000000003ULL;
+constexpr std::uint64_t kIpcBroadcastExchangeLayout = 0x4950430000000011ULL;
+constexpr std::uint64_t kIpcBroadcastDoneLayout = 0x4950430000000013ULL;
 
 const std::byte* as_bytes(const void* p) { return static_cast<const std::byte*>(p); }
 std::byte* as_bytes(void* p) { return static_cast<std::byte*>(p); }
@@ -171,47 +174,91 @@ void run_segmented(cuda::DeviceWork& work, detail::CommImpl& comm, const char* w
 void ipc_reduce_and_gather(detail::CommImpl& comm, cuda::DeviceWork& work, const std::vector<PeerRecord>& records,
                            const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op);
 
+// What this rank tells its peers before an IPC call: its node, and the
+// handles of `send` and `recv` (both exported, or the reason why not).
+PeerRecord export_record(cuda::DeviceWork& work, const void* send, const void* recv, std::size_t bytes) {
+  PeerRecord mine;
+  mine.node = node_identity();
+  if (!on_device(send) || !on_device(recv)) {
+    mine.reason = "a buffer is host memory";
+    return mine;
+  }
+  std::optional<cuda::IpcHandle> send_handle = work.ipc_export(send, bytes, &mine.reason);
+  std::optional<cuda::IpcHandle> recv_handle =
+      send == recv ? send_handle : (send_handle ? work.ipc_export(recv, bytes, &mine.reason) : std::nullopt);
+  if (send_handle && recv_handle) {
+    mine.exportable = true;
+    mine.send = *send_handle;
+    mine.recv = *recv_handle;
+  }
+  return mine;
+}
+
+// Every rank's record, in rank order (an allgather on the transport, checked
+// against `sig`, whose layout names the IPC protocol).
+std::vector<PeerRecord> exchange_records(detail::CommImpl& comm, const PeerRecord& mine, const Signature& sig) {
+  cuda::NvtxRange range("antdt ipc exchange");
+  const auto n = static_cast<std::size_t>(comm.size());
+  constexpr std::size_t kRecord = PeerRecord::kWireBytes;
+  std::vector<std::byte> all(kRecord * n);
+  std::vector<std::size_t> counts(n, kRecord), displs(n);
+  for (std::size_t r = 0; r < n; ++r) displs[r] = r * kRecord;
+  const PeerRecord::Wire wire = mine.serialize();
+  Call call(comm, sig);
+  allgather_ring(call, wire.data(), all.data(), counts, displs, 1);
+  std::vector<PeerRecord> records(n);
+  for (std::size_t r = 0; r < n; ++r)
+    records[r] = PeerRecord::deserialize(std::span<const std::byte>(all).subspan(r * kRecord, kRecord));
+  return records;
+}
+
+// Runs the Broadcast through CUDA IPC when every rank can (true), or returns
+// false, on every rank alike, when it should be staged instead: each
+// non-root copies the root's source buffer straight into its recv buffer,
+// then a barrier keeps the root's buffer unchanged until every peer has read it.
+bool ipc_broadcast(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv, std::size_t count,
+                   DataType dtype, int root) {
+  const Config& cfg = comm.config();
+  if (!exchanges_records(cfg.gpu_path, comm.size())) return false;
+  const bool is_root = comm.rank() == root;
+  const std::size_t bytes = count * dtype_size(dtype);
+  // The root's source must be final before peers may read it.
+  wait_device(work, comm, "broadcast (ipc)", "the caller's stream work before the IPC exchange");
+  // A root exports its source (send) and recv; the others their recv (as both).
+  const std::vector<PeerRecord> records =
+      exchange_records(comm, export_record(work, is_root ? send : recv, recv, bytes),
+                       Signature{Kind::broadcast, count, dtype, ReduceOp::sum, root, Algo::none,
+                                 kIpcBroadcastExchangeLayout});
+  if (resolve_path(cfg.gpu_path, records) == Path::staged) return false;
+  failing_together(comm, "broadcast (ipc)", [&] {
+    cuda::NvtxRange range("antdt ipc broadcast copy");
+    if (!is_root)
+      work.copy(recv, work.ipc_map(records[static_cast<std::size_t>(root)].send), bytes);
+    else if (send != recv)
+      work.copy(recv, send, bytes);
+    wait_device(work, comm, "broadcast (ipc)", "copying from the root's buffer");
+    Call call(comm, Signature{Kind::broadcast, count, dtype, ReduceOp::sum, root, Algo::dissemination,
+                              kIpcBroadcastDoneLayout});
+    barrier_dissemination(call);
+  });
+  return true;
+}
+
 // Runs the AllReduce through CUDA IPC when every rank can (true), or returns
 // false, on every rank alike, when the call should be staged instead.
 bool ipc_allreduce(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv, std::size_t count,
                    DataType dtype, ReduceOp op) {
   const Config& cfg = comm.config();
-  const int n = comm.size();
-  if (!exchanges_records(cfg.gpu_path, n)) return false;
-  const std::size_t esize = dtype_size(dtype), bytes = count * esize;
+  if (!exchanges_records(cfg.gpu_path, comm.size())) return false;
+  const std::size_t bytes = count * dtype_size(dtype);
 
   // 1. Inputs ready: peers read this rank's send buffer as soon as they have
   //    its record, so the caller's stream work that writes it must be done.
   wait_device(work, comm, "allreduce (ipc)", "the caller's stream work before the IPC exchange");
-  PeerRecord mine;
-  mine.node = node_identity();
-  if (!on_device(send) || !on_device(recv)) {
-    mine.reason = "a buffer is host memory";
-  } else {
-    std::optional<cuda::IpcHandle> send_handle = work.ipc_export(send, bytes, &mine.reason);
-    std::optional<cuda::IpcHandle> recv_handle =
-        send == recv ? send_handle : (send_handle ? work.ipc_export(recv, bytes, &mine.reason) : std::nullopt);
-    if (send_handle && recv_handle) {
-      mine.exportable = true;
-      mine.send = *send_handle;
-      mine.recv = *recv_handle;
-    }
-  }
-
   // 2. Exchange the records (an allgather on the transport).
-  std::vector<PeerRecord> records(static_cast<std::size_t>(n));
-  {
-    cuda::NvtxRange range("antdt ipc exchange");
-    constexpr std::size_t kRecord = PeerRecord::kWireBytes;
-    std::vector<std::byte> all(kRecord * static_cast<std::size_t>(n));
-    std::vector<std::size_t> counts(static_cast<std::size_t>(n), kRecord), displs(static_cast<std::size_t>(n));
-    for (std::size_t r = 0; r < displs.size(); ++r) displs[r] = r * kRecord;
-    const PeerRecord::Wire wire = mine.serialize();
-    Call call(comm, Signature{Kind::allreduce, count, dtype, op, -1, Algo::none, kIpcExchangeLayout});
-    allgather_ring(call, wire.data(), all.data(), counts, displs, 1);
-    for (std::size_t r = 0; r < records.size(); ++r)
-      records[r] = PeerRecord::deserialize(std::span<const std::byte>(all).subspan(r * kRecord, kRecord));
-  }
+  const std::vector<PeerRecord> records =
+      exchange_records(comm, export_record(work, send, recv, bytes),
+                       Signature{Kind::allreduce, count, dtype, op, -1, Algo::none, kIpcExchangeLayout});
   // Every rank decides the same here, so a refusal (UnsupportedError with
   // ANTDT_GPU_PATH=ipc) leaves the communicator usable.
   if (resolve_path(cfg.gpu_path, records) == Path::staged) return false;
@@ -316,6 +363,7 @@ void synchronize_host_call(const detail::CommImpl& comm, void* stream, const cha
 }
 
 LastPath last_allreduce_path() noexcept { return last_path; }
+LastPath last_broadcast_path() noexcept { return last_bcast_path; }
 
 // ---------------------------------------------------------------------------
 // Device paths
@@ -345,7 +393,10 @@ void broadcast(detail::CommImpl& comm, const void* send, void* recv, std::size_t
   const auto host = [&comm, dtype, root](std::byte* data, std::size_t elements) {
     host_broadcast(comm, data, data, elements, dtype, root);
   };
-  if (on_device(recv)) {
+  last_bcast_path = LastPath::staged;
+  if (comm.size() > 1 && ipc_broadcast(comm, *work, send, recv, count, dtype, root)) {
+    last_bcast_path = LastPath::ipc;
+  } else if (on_device(recv)) {
     // The root's data is in recv before the pipeline starts; only the root
     // downloads, only the others upload.
     if (is_root && send != recv) work->copy(recv, send, bytes);

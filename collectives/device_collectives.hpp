@@ -6,8 +6,9 @@
 //  - staged: device data moves through pinned host slots and the host
 //    algorithms run on them (elementwise collectives pipelined segment by
 //    segment; the others staged whole), so it works over every transport;
-//  - ipc (AllReduce, ranks on one node): ranks map each other's buffers with
-//    CUDA IPC and reduce on the device, each rank one slice.
+//  - ipc (AllReduce and Broadcast, ranks on one node): ranks map each other's
+//    buffers with CUDA IPC; AllReduce reduces on the device, each rank one
+//    slice, and Broadcast copies from the root's buffer.
 // Both are ordered after the caller's stream and make it wait for the result
 // (device-side events); the host waits they need are bounded by ANTDT_TIMEOUT_MS.
 //
@@ -148,8 +149,9 @@ class StagedCall {
   const char* what_;
 };
 
-// Which path the last device AllReduce on this thread took (tests).
+// Which path the last device AllReduce (Broadcast) on this thread took (tests).
 enum class LastPath { none, staged, ipc };
 LastPath last_allreduce_path() noexcept;
+LastPath last_broadcast_path() noexcept;
 
 }  // namespace antdt::coll::device

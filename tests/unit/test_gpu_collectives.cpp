@@ -135,6 +135,45 @@ TEST_F(GpuCollectives, AllreduceIsOrderedAfterTheCallersStreamOnBothPaths) {
   }
 }
 
+// Broadcast through CUDA IPC (non-roots copy from the root's buffer), every
+// root, in place and out of place, a few dtypes, 2-4 ranks on this GPU.
+TEST_F(GpuCollectives, IpcBroadcastEveryRootTwoToFourRanks) {
+  for (int n = 2; n <= 4; ++n) {
+    auto outcomes = run_ranks(
+        n, TransportKind::inproc,
+        [&](Communicator& comm) {
+          cuda::ScopedDevice on(0);
+          cuda::Stream stream;
+          for (DataType t : {DataType::f32, DataType::bf16, DataType::i8, DataType::u64}) {
+            const std::size_t es = dtype_size(t);
+            for (int root = 0; root < n; ++root) {
+              for (std::size_t count : {std::size_t{1}, std::size_t{1003}, (cuda::kStagingSlotBytes / es) + 77}) {
+                for (bool in_place : {false, true}) {
+                  cuda::DeviceBuffer src(count * es), dst_own(in_place ? 0 : count * es);
+                  void* dst = in_place ? src.data() : dst_own.data();
+                  const auto value = [&](std::size_t i) { return static_cast<double>((root * 7 + i) % 50); };
+                  std::vector<std::byte> host(count * es);
+                  for (std::size_t i = 0; i < count; ++i) store(t, host.data(), i, comm.rank() == root ? value(i) : 99);
+                  to_device(src.data(), host);
+                  comm.broadcast(src.data(), dst, count, t, root, stream.get());
+                  if (!stream.wait_for(30s)) throw std::runtime_error("the caller's stream did not finish");
+                  if (coll::device::last_broadcast_path() != LastPath::ipc)
+                    throw std::runtime_error("broadcast did not take the IPC path");
+                  const std::vector<std::byte> got = to_host(dst, count * es);
+                  for (std::size_t i = 0; i < count; ++i)
+                    if (load(t, got.data(), i) != value(i))
+                      throw std::runtime_error(cat("IPC broadcast ", dtype_name(t), " root ", root, " count ", count,
+                                                   ": element ", i, " is ", load(t, got.data(), i)));
+                }
+              }
+            }
+          }
+        },
+        config_with(GpuPath::ipc));
+    expect_all_ok(outcomes);
+  }
+}
+
 TEST_F(GpuCollectives, BroadcastReduceReduceScatterAllgatherStaged) {
   const int n = 3;
   const DataType t = DataType::f32;
@@ -197,7 +236,7 @@ TEST_F(GpuCollectives, BroadcastReduceReduceScatterAllgatherStaged) {
           return static_cast<double>(static_cast<int>(i / count) * 10000 + static_cast<int>(i % count));
         });
       },
-      config_with(GpuPath::automatic));
+      config_with(GpuPath::staged));  // broadcast would take IPC otherwise
   expect_all_ok(outcomes);
 }
 

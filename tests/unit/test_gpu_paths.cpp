@@ -518,6 +518,101 @@ TEST(DevicePaths, OneRankThatCannotExportMakesEveryRankStageOrFail) {
   }
 }
 
+// Broadcast through IPC (or staged): every dtype and root, in place and out
+// of place; the root's source must come out unchanged and nothing past recv
+// written. The fake runs a non-root's copy from the root's buffer only when
+// it waits, so a missing wait, or a root that returns before its peers have
+// read its buffer, shows up as wrong data.
+void check_broadcast_paths(int n, GpuPath setting, LastPath want) {
+  FakeDevice dev(40);
+  coll::device::ScopedBackend use(dev);
+  auto outcomes = run_ranks(
+      n, TransportKind::inproc,
+      [&](Communicator& comm) {
+        const int me = comm.rank();
+        for (DataType t : kAllTypes) {
+          const std::size_t es = dtype_size(t);
+          for (int root = 0; root < n; ++root) {
+            for (std::size_t count : {1u, 45u, 301u}) {
+              for (bool in_place : {false, true}) {
+                std::byte* src = dev.allocate(count * es);
+                std::byte* dst = in_place ? src : dev.allocate(count * es);
+                const auto value = [&](std::size_t i) { return static_cast<double>((root * 7 + i) % 50); };
+                const double stale = is_signed_or_float(t) ? -1.0 : 99.0;  // never a broadcast value
+                for (std::size_t i = 0; i < count; ++i) store(t, src, i, me == root ? value(i) : stale);
+                if (!in_place) std::memset(dst, 0x5a, count * es + 1);
+                comm.broadcast(src, dst, count, t, root);
+                dev.drain_this_thread();
+                const std::string what = cat("broadcast ", dtype_name(t), " root ", root, " count ", count,
+                                             in_place ? " in place" : " out of place", " on rank ", me);
+                if (coll::device::last_broadcast_path() != want) throw std::runtime_error(what + ": wrong path");
+                for (std::size_t i = 0; i < count; ++i)
+                  if (load(t, dst, i) != value(i))
+                    throw std::runtime_error(cat(what, ": element ", i, " is ", load(t, dst, i), ", expected ", value(i)));
+                if (!in_place && dst[count * es] != std::byte{0x5a}) throw std::runtime_error(what + ": wrote past recv");
+                if (me == root && !in_place)
+                  for (std::size_t i = 0; i < count; ++i)
+                    if (load(t, src, i) != value(i)) throw std::runtime_error(what + ": the root's source changed");
+                // The root reuses its buffer at once: peers must have read it
+                // before the root's call returned.
+                if (me == root) std::memset(src, 0x77, count * es);
+              }
+            }
+          }
+        }
+      },
+      config_with(setting));
+  expect_all_ok(outcomes);
+  EXPECT_EQ(dev.begins.load(), dev.completes.load());
+}
+
+TEST(DevicePaths, IpcBroadcastEveryDtypeAndRootOnTwoToFourRanks) {
+  for (int n = 2; n <= 4; ++n) check_broadcast_paths(n, GpuPath::ipc, LastPath::ipc);
+  check_broadcast_paths(3, GpuPath::automatic, LastPath::ipc);
+}
+
+TEST(DevicePaths, StagedBroadcastEveryDtypeAndRoot) { check_broadcast_paths(3, GpuPath::staged, LastPath::staged); }
+
+TEST(DevicePaths, BroadcastStagesOrFailsTogetherWhenOneRankCannotExport) {
+  for (GpuPath setting : {GpuPath::automatic, GpuPath::ipc}) {
+    FakeDevice dev(40);
+    coll::device::ScopedBackend use(dev);
+    const int n = 3, root = 0;
+    const std::size_t count = 50;
+    std::atomic<int> staged{0};
+    auto outcomes = run_ranks(
+        n, TransportKind::inproc,
+        [&](Communicator& comm) {
+          std::byte* buf = dev.allocate(count * 4);
+          if (comm.rank() == 2) dev.deny_export(buf);  // a non-root's recv
+          for (std::size_t i = 0; i < count; ++i)
+            store(DataType::f32, buf, i, comm.rank() == root ? static_cast<double>(i) : -1.0);
+          comm.broadcast(buf, buf, count, DataType::f32, root);
+          dev.drain_this_thread();
+          if (coll::device::last_broadcast_path() == LastPath::staged) ++staged;
+          for (std::size_t i = 0; i < count; ++i)
+            if (load(DataType::f32, buf, i) != static_cast<double>(i))
+              throw std::runtime_error(cat("element ", i, " is ", load(DataType::f32, buf, i)));
+        },
+        config_with(setting));
+    if (setting == GpuPath::automatic) {
+      expect_all_ok(outcomes);
+      EXPECT_EQ(staged.load(), n);
+    } else {
+      for (int r = 0; r < n; ++r) {
+        ASSERT_TRUE(outcomes[static_cast<std::size_t>(r)]) << "rank " << r << " should have failed";
+        try {
+          std::rethrow_exception(outcomes[static_cast<std::size_t>(r)]);
+        } catch (const UnsupportedError& e) {
+          EXPECT_NE(std::string(e.what()).find("rank 2"), std::string::npos) << e.what();
+        } catch (const std::exception& e) {
+          ADD_FAILURE() << "rank " << r << ": expected UnsupportedError, got " << e.what();
+        }
+      }
+    }
+  }
+}
+
 TEST(DevicePaths, EveryOtherCollectiveOnDeviceBuffers) {
   FakeDevice dev(24);
   coll::device::ScopedBackend use(dev);
