@@ -27,6 +27,17 @@ void cpu_relax() noexcept {
 std::span<const std::byte> as_bytes_of(const auto& v) { return std::as_bytes(std::span(&v, 1)); }
 std::span<std::byte> as_writable_bytes_of(auto& v) { return std::as_writable_bytes(std::span(&v, 1)); }
 
+// The CPUs this process may run on (its affinity mask), read once.
+int usable_cpus() noexcept {
+  static const int cpus = [] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+    return 1;
+  }();
+  return cpus;
+}
+
 const char* area_name(ShmArea area) { return area == ShmArea::mailbox ? "mailbox" : "bulk area"; }
 
 // Rank 0's side of the set-up. Returns the channel when every rank mapped it.
@@ -116,9 +127,14 @@ ShmChannel::Peek shm_wait_for(Call& call, ShmChannel& channel, int peer, int slo
                               const char* what) {
   ShmChannel::Peek p = channel.peek(peer, slot, stamp);
   if (p.ready) return p;
-  for (int i = 0; i < 256; ++i) {  // ~1-4 us: a peer on another core is usually this close
-    cpu_relax();
-    if ((p = channel.peek(peer, slot, stamp)).ready) return p;
+  // ~1-4 us of polling: a peer on another core is usually this close. With
+  // more ranks than cores the peer is as likely to wait for this very core:
+  // give it away at once instead.
+  if (channel.nranks() <= usable_cpus()) {
+    for (int i = 0; i < 256; ++i) {
+      cpu_relax();
+      if ((p = channel.peek(peer, slot, stamp)).ready) return p;
+    }
   }
   const auto& cfg = call.config();
   const auto start = transport::Clock::now();
