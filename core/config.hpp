@@ -29,7 +29,7 @@ struct Config {
   std::chrono::milliseconds timeout{60000};                  // ANTDT_TIMEOUT_MS, 1..86400000
   std::string transport = "ucx";                             // ANTDT_TRANSPORT=ucx|inproc
   AllreduceAlgo allreduce_algo = AllreduceAlgo::automatic;   // ANTDT_ALGO=auto|ring|recursive_doubling|shm
-  std::size_t shm_max_bytes = 64u << 10;                     // ANTDT_SHM_MAX_BYTES, 0..1M: node-local shared-memory AllReduce up to this size (0: off)
+  std::size_t shm_max_bytes = 4u << 10;                      // ANTDT_SHM_MAX_BYTES, 0..1M: node-local shared-memory AllReduce up to this size (0: off)
   std::size_t shm_bulk_bytes = 512u << 10;                   // ANTDT_SHM_BULK_BYTES, 0 or 4K..64M: block of the node-local shared-memory AllReduce above ANTDT_SHM_MAX_BYTES (0: off)
   std::size_t chunk_bytes = 256u << 10;                      // ANTDT_CHUNK_BYTES, 4K..1G, K/M/G suffixes
   ProgressMode progress = ProgressMode::automatic;           // ANTDT_PROGRESS=auto|spin|wake
