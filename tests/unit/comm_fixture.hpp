@@ -34,8 +34,13 @@ inline Config test_config() {
 // Per-rank outcome: null when the rank's function returned normally.
 using Outcomes = std::vector<std::exception_ptr>;
 
+// What a test may do to each rank's transport before its communicator takes
+// it (wrap it for fault injection, say); null: nothing.
+using TransportWrap =
+    std::function<std::unique_ptr<transport::Transport>(std::unique_ptr<transport::Transport>, int rank)>;
+
 inline Outcomes run_ranks(int n, TransportKind kind, const std::function<void(Communicator&)>& fn,
-                          const Config& cfg = test_config()) {
+                          const Config& cfg = test_config(), const TransportWrap& wrap = nullptr) {
   ::setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 0);
   auto fabric = std::make_shared<transport::InprocFabric>(n);
   auto rendezvous = std::make_shared<InprocRendezvous>(n, cfg.timeout);
@@ -53,6 +58,7 @@ inline Outcomes run_ranks(int n, TransportKind kind, const std::function<void(Co
           InprocBootstrap boot(rendezvous, r);
           t = transport::make_ucx_transport(boot, cfg);
         }
+        if (wrap) t = wrap(std::move(t), r);
         Communicator comm =
             detail::make_communicator(std::move(t), 42, cfg, std::move(control[static_cast<std::size_t>(r)]));
         fn(comm);

@@ -5,6 +5,7 @@
 // other collectives staged. Skips, naming the reason, without a usable GPU.
 // The same logic runs on any machine against a fake device in test_gpu_paths.cpp.
 #include "comm_fixture.hpp"
+#include "gpu_test_util.hpp"
 #include "reference.hpp"
 
 #include "collectives/device_collectives.hpp"
@@ -29,27 +30,9 @@ namespace {
 using namespace std::chrono_literals;
 using coll::device::LastPath;
 
-class GpuCollectives : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!cuda::available()) GTEST_SKIP() << "no CUDA GPU available: " << cuda::unavailable_reason();
-  }
-};
+class GpuCollectives : public GpuTest {};
 
 #if ANTDT_HAVE_CUDA
-
-void check_cuda_ok(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw std::runtime_error(cat(what, ": ", cudaGetErrorString(status)));
-}
-
-void to_device(void* dst, const std::vector<std::byte>& src) {
-  check_cuda_ok(cudaMemcpy(dst, src.data(), src.size(), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
-}
-std::vector<std::byte> to_host(const void* src, std::size_t bytes) {
-  std::vector<std::byte> out(bytes);
-  check_cuda_ok(cudaMemcpy(out.data(), src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
-  return out;
-}
 
 Config config_with(GpuPath path) {
   Config cfg = test_config();

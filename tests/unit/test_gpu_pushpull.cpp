@@ -7,6 +7,7 @@
 // naming the reason, without a usable GPU. The same logic runs on any machine
 // against a fake device in test_gpu_paths.cpp (DevicePushPull.*).
 #include "comm_fixture.hpp"
+#include "gpu_test_util.hpp"
 #include "reference.hpp"
 
 #include <antdt/pushpull.hpp>
@@ -33,26 +34,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
-class GpuPushPull : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!cuda::available()) GTEST_SKIP() << "no CUDA GPU available: " << cuda::unavailable_reason();
-  }
-};
+class GpuPushPull : public GpuTest {};
 
 #if ANTDT_HAVE_CUDA
-
-void check_cuda_ok(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw std::runtime_error(cat(what, ": ", cudaGetErrorString(status)));
-}
-void to_device(void* dst, const std::vector<std::byte>& src) {
-  check_cuda_ok(cudaMemcpy(dst, src.data(), src.size(), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
-}
-std::vector<std::byte> to_host(const void* src, std::size_t bytes) {
-  std::vector<std::byte> out(bytes);
-  check_cuda_ok(cudaMemcpy(out.data(), src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
-  return out;
-}
 
 // Small integers and integral weights: every sum is exact in every dtype.
 double value_of(DataType t, int rank, std::uint64_t key, std::size_t i) {

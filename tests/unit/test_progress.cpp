@@ -27,38 +27,6 @@
 namespace antdt::test {
 namespace {
 
-using Wrap = std::function<std::unique_ptr<transport::Transport>(std::unique_ptr<transport::Transport>, int rank)>;
-
-// Like run_ranks, with each rank's transport optionally wrapped (fault injection).
-Outcomes run_wrapped(int n, TransportKind kind, const Config& cfg, const Wrap& wrap,
-                     const std::function<void(Communicator&)>& fn) {
-  ::setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 0);
-  auto fabric = std::make_shared<transport::InprocFabric>(n);
-  auto rendezvous = std::make_shared<InprocRendezvous>(n, cfg.timeout);
-  Outcomes outcomes(static_cast<std::size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      log::set_thread_rank(r);
-      try {
-        std::unique_ptr<transport::Transport> t;
-        if (kind == TransportKind::inproc) {
-          t = transport::make_inproc_transport(fabric, r, cfg);
-        } else {
-          InprocBootstrap boot(rendezvous, r);
-          t = transport::make_ucx_transport(boot, cfg);
-        }
-        Communicator comm = detail::make_communicator(wrap(std::move(t), r), 42, cfg);
-        fn(comm);
-      } catch (...) {
-        outcomes[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-      log::set_thread_rank(-1);
-    });
-  }
-  for (auto& t : threads) t.join();
-  return outcomes;
-}
 
 // Polls test() only, sleeping between polls, until the request reports
 // completion or the bound passes (then the test fails: nothing hangs).
@@ -288,11 +256,8 @@ TEST_P(Progress, PeerSlowerThanTheTimeoutMakesWaitThrow) {
   cfg.timeout = std::chrono::milliseconds(300);
   transport::FaultPlan slow;
   slow.send_delay = std::chrono::milliseconds(1500);
-  auto outcomes = run_wrapped(
-      n, kind(), cfg,
-      [&](std::unique_ptr<transport::Transport> inner, int rank) {
-        return transport::make_fault_transport(std::move(inner), rank == n - 1 ? slow : transport::FaultPlan{});
-      },
+  auto outcomes = run_ranks(
+      n, kind(),
       [&](Communicator& comm) {
         std::vector<float> x(100, 1.0f);
         Request req = comm.iallreduce(x.data(), x.data(), x.size(), DataType::f32, ReduceOp::sum);
@@ -312,6 +277,10 @@ TEST_P(Progress, PeerSlowerThanTheTimeoutMakesWaitThrow) {
           } catch (const Error&) {
           }
         }
+      },
+      cfg,
+      [&](std::unique_ptr<transport::Transport> inner, int rank) {
+        return transport::make_fault_transport(std::move(inner), rank == n - 1 ? slow : transport::FaultPlan{});
       });
   EXPECT_EQ(failure_of(outcomes, 0), "");
 }
