@@ -6,6 +6,7 @@
 #include <array>
 #include <cstring>
 #include <sched.h>
+#include <thread>
 
 namespace antdt::coll {
 namespace {
@@ -27,14 +28,11 @@ void cpu_relax() noexcept {
 std::span<const std::byte> as_bytes_of(const auto& v) { return std::as_bytes(std::span(&v, 1)); }
 std::span<std::byte> as_writable_bytes_of(auto& v) { return std::as_writable_bytes(std::span(&v, 1)); }
 
-// The CPUs this process may run on (its affinity mask), read once.
-int usable_cpus() noexcept {
-  static const int cpus = [] {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-    return 1;
-  }();
+// The node's online CPUs, read once (0 when unknown). Not this process's
+// affinity: ANTDT_BIND pins each rank to one core whether or not the node is
+// oversubscribed.
+int node_cpus() noexcept {
+  static const int cpus = static_cast<int>(std::thread::hardware_concurrency());
   return cpus;
 }
 
@@ -128,9 +126,9 @@ ShmChannel::Peek shm_wait_for(Call& call, ShmChannel& channel, int peer, int slo
   ShmChannel::Peek p = channel.peek(peer, slot, stamp);
   if (p.ready) return p;
   // ~1-4 us of polling: a peer on another core is usually this close. With
-  // more ranks than cores the peer is as likely to wait for this very core:
-  // give it away at once instead.
-  if (channel.nranks() <= usable_cpus()) {
+  // more ranks on the node than CPUs the peer is as likely to wait for this
+  // very core: give it away at once instead.
+  if (node_cpus() == 0 || channel.nranks() <= node_cpus()) {
     for (int i = 0; i < 256; ++i) {
       cpu_relax();
       if ((p = channel.peek(peer, slot, stamp)).ready) return p;
