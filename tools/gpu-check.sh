@@ -7,7 +7,16 @@
 # 64 MiB from host and from device memory. Everything goes to one
 # results file: $OUT/gpu-check.txt when OUT is set, else <build>/gpu-check.txt.
 # Every step runs under `timeout`, inside an overall budget, so the whole check
-# ends well within 10 minutes.
+# ends well within 10 minutes. Multi-rank steps are launched with antdt-run
+# (no MPI needed).
+#
+# Two ways to get the programs:
+#  - build them here (needs UCX, hwloc, libibverbs, GoogleTest, CLI11 and
+#    nlohmann-json installed: tools/setup.sh), or
+#  - ANTDT_GPU_PREBUILT=DIR: run them from a bundle made by tools/gpu-bundle.sh
+#    on another x86-64 machine (programs plus every library they load), for GPU
+#    machines on which nothing can be installed; nothing is built.
+#   ANTDT_GPU_PREBUILT      bundle directory (relative to the repository or absolute)
 #   ANTDT_GPU_BUILD_DIR     build directory (default: <repo>/build-gpu; reused if present)
 #   ANTDT_GPU_BUDGET_S      overall budget in seconds (default 540)
 #   ANTDT_GPU_BENCH_BYTES   bytes per buffer for the kernel benchmark (default 256M)
@@ -101,19 +110,57 @@ arch="${ANTDT_GPU_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,nohead
 if [[ -z "${CUDACXX:-}" && -x /usr/local/cuda/bin/nvcc ]]; then
   export CUDACXX=/usr/local/cuda/bin/nvcc
 fi
-log "nvcc:    $("${CUDACXX:-nvcc}" --version 2>/dev/null | tail -1)"
 log "arch:    $arch; cores: $jobs; budget: ${budget}s"
 
-# ---------------------------------------------------------------------------
-# Build: only the targets the check runs (antdt_gpu_tests: the CUDA unit
-# tests alone, so a GPU run does not depend on the rest of the unit tests).
-# ---------------------------------------------------------------------------
-step "configure" 150 cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DANTDT_WITH_CUDA=ON -DANTDT_CUDA_ARCHITECTURES="$arch" -DCMAKE_CUDA_ARCHITECTURES="$arch" \
-  -DANTDT_BUILD_TESTS=ON -DANTDT_BUILD_PERF=ON || finish 1
-targets=(antdt_gpu_tests antdt_reduce_kernel_bench antdt_allreduce_perf antdt_allreduce_device_perf
-  antdt_pushpull_perf)
-step "build" 330 cmake --build "$build" -j "$jobs" --target "${targets[@]}" || finish 1
+if [[ -n "${ANTDT_GPU_PREBUILT:-}" ]]; then
+  # ---------------------------------------------------------------------------
+  # Programs from a bundle (tools/gpu-bundle.sh): nothing to build.
+  # ---------------------------------------------------------------------------
+  bundle="$ANTDT_GPU_PREBUILT"
+  [[ "$bundle" == /* ]] || bundle="$repo/$bundle"
+  if [[ ! -f "$bundle/MANIFEST" || ! -f "$bundle/env.sh" ]]; then
+    log "bundle:  $bundle is not a bundle (no MANIFEST / env.sh; make one with tools/gpu-bundle.sh)"
+    summary+=("FAILED   no bundle at $bundle")
+    finish 1
+  fi
+  # shellcheck source=/dev/null
+  source "$bundle/env.sh"
+  while IFS= read -r line; do log "bundle:  $line"; done <"$bundle/MANIFEST"
+  glibc_here="$(ldd --version 2>/dev/null | head -1 | grep -o '[0-9]*\.[0-9]*$')"
+  glibc_needed="$(sed -n 's/^glibc_needed: //p' "$bundle/MANIFEST")"
+  log "glibc:   ${glibc_here:-unknown} here, ${glibc_needed:-unknown} needed"
+  if [[ -n "$glibc_here" && -n "$glibc_needed" &&
+    "$(printf '%s\n%s\n' "$glibc_needed" "$glibc_here" | sort -t. -k1,1n -k2,2n | tail -1)" != "$glibc_here" ]]; then
+    log "-- this machine's C library is older than the bundle needs: build here instead"
+    summary+=("FAILED   glibc $glibc_here older than the bundle's $glibc_needed")
+    finish 1
+  fi
+  bindir="$bundle/bin"
+  gpu_tests="$bindir/antdt_gpu_tests"
+  kernel_bench="$bindir/antdt_reduce_kernel_bench"
+  allreduce_perf="$bindir/antdt_allreduce_perf"
+  allreduce_device_perf="$bindir/antdt_allreduce_device_perf"
+  pushpull_perf="$bindir/antdt_pushpull_perf"
+  launcher="$bindir/antdt-run"
+else
+  log "nvcc:    $("${CUDACXX:-nvcc}" --version 2>/dev/null | tail -1)"
+  # ---------------------------------------------------------------------------
+  # Build: only the targets the check runs (antdt_gpu_tests: the CUDA unit
+  # tests alone, so a GPU run does not depend on the rest of the unit tests).
+  # ---------------------------------------------------------------------------
+  step "configure" 150 cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DANTDT_WITH_CUDA=ON -DANTDT_CUDA_ARCHITECTURES="$arch" -DCMAKE_CUDA_ARCHITECTURES="$arch" \
+    -DANTDT_BUILD_TESTS=ON -DANTDT_BUILD_PERF=ON || finish 1
+  targets=(antdt_gpu_tests antdt_reduce_kernel_bench antdt_allreduce_perf antdt_allreduce_device_perf
+    antdt_pushpull_perf antdt-run)
+  step "build" 330 cmake --build "$build" -j "$jobs" --target "${targets[@]}" || finish 1
+  gpu_tests="$build/cuda/antdt_gpu_tests"
+  kernel_bench="$build/perf/antdt_reduce_kernel_bench"
+  allreduce_perf="$build/perf/antdt_allreduce_perf"
+  allreduce_device_perf="$build/perf/antdt_allreduce_device_perf"
+  pushpull_perf="$build/perf/antdt_pushpull_perf"
+  launcher="$build/tools/antdt-run"
+fi
 
 # ---------------------------------------------------------------------------
 # GPU unit tests (every kernel against the CPU reference, event timing,
@@ -122,7 +169,7 @@ step "build" 330 cmake --build "$build" -j "$jobs" --target "${targets[@]}" || f
 # push-pull on device buffers, every dtype, 1-4 ranks, mixed placements;
 # Device*: the same paths' logic on a fake device).
 # ---------------------------------------------------------------------------
-step "gpu unit tests" 240 "$build/cuda/antdt_gpu_tests" --gtest_filter='Cuda*:*Gpu*:Device*' --gtest_color=no
+step "gpu unit tests" 240 "$gpu_tests" --gtest_filter='Cuda*:*Gpu*:Device*' --gtest_color=no
 # On a GPU machine a skipped GPU test is a failure of the check (driver too
 # old for the runtime, no kernel image for this GPU, CUDA_VISIBLE_DEVICES...).
 skip_reason="$(grep -m1 -o 'no CUDA GPU available: .*' "$results")"
@@ -135,7 +182,7 @@ fi
 # ---------------------------------------------------------------------------
 # Reduction kernel vs device-to-device copy (issue 6 target: >= 85%).
 # ---------------------------------------------------------------------------
-step "reduce kernel bench ($bench_bytes)" 90 "$build/perf/antdt_reduce_kernel_bench" --bytes "$bench_bytes" \
+step "reduce kernel bench ($bench_bytes)" 90 "$kernel_bench" --bytes "$bench_bytes" \
   --dtypes f32,bf16,f16 --iters 20 --warmup 3
 
 # ---------------------------------------------------------------------------
@@ -144,30 +191,21 @@ step "reduce kernel bench ($bench_bytes)" 90 "$build/perf/antdt_reduce_kernel_be
 # targets: staged >= 70% of host; IPC busbw >= 50% of the copy). Results are
 # checked (-c 1); the device runs synchronise their stream after every call.
 # ---------------------------------------------------------------------------
-if ! command -v mpirun >/dev/null 2>&1; then
-  log ""
-  log "== allreduce and push-pull perf: SKIPPED (no mpirun)"
-  summary+=("SKIPPED  allreduce and push-pull perf (no mpirun)")
-else
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  export OMPI_MCA_rmaps_base_oversubscribe=1 UCX_WARN_UNUSED_ENV_VARS=n
-  perf_args=(-b "$perf_bytes" -e "$perf_bytes" -n 10 -w 3 -c 1)
-  step "allreduce perf $perf_bytes, 2 ranks, host memory" 90 \
-    mpirun -np 2 --bind-to none "$build/perf/antdt_allreduce_perf" "${perf_args[@]}"
-  for path in staged ipc; do
-    step "allreduce perf $perf_bytes, 2 ranks, device memory, ANTDT_GPU_PATH=$path" 90 \
-      mpirun -np 2 --bind-to none -x ANTDT_MEM=device -x ANTDT_GPU_PATH="$path" \
-      "$build/perf/antdt_allreduce_device_perf" "${perf_args[@]}"
-  done
-  # Push-pull rounds (push + pull, weight 1, avg) of one $pp_bytes key, every
-  # rank serving a shard: from host memory, then from device memory (staged
-  # through pinned slots, stream synchronised after each round); results checked.
-  pp_args=(-b "$pp_bytes" -e "$pp_bytes" -n 10 -w 3 -c 1 -o avg)
-  step "push-pull perf $pp_bytes, 2 ranks, host memory" 60 \
-    mpirun -np 2 --bind-to none "$build/perf/antdt_pushpull_perf" "${pp_args[@]}"
-  step "push-pull perf $pp_bytes, 2 ranks, device memory" 60 \
-    mpirun -np 2 --bind-to none -x ANTDT_MEM=device "$build/perf/antdt_pushpull_perf" "${pp_args[@]}"
-fi
+# Two ranks (processes) on this machine, started by antdt-run: no MPI needed.
+two_ranks=(env UCX_WARN_UNUSED_ENV_VARS=n "$launcher" -n 2 --)
+perf_args=(-b "$perf_bytes" -e "$perf_bytes" -n 10 -w 3 -c 1)
+step "allreduce perf $perf_bytes, 2 ranks, host memory" 90 "${two_ranks[@]}" "$allreduce_perf" "${perf_args[@]}"
+for path in staged ipc; do
+  step "allreduce perf $perf_bytes, 2 ranks, device memory, ANTDT_GPU_PATH=$path" 90 \
+    env ANTDT_MEM=device ANTDT_GPU_PATH="$path" "${two_ranks[@]}" "$allreduce_device_perf" "${perf_args[@]}"
+done
+# Push-pull rounds (push + pull, weight 1, avg) of one $pp_bytes key, every
+# rank serving a shard: from host memory, then from device memory (staged
+# through pinned slots, stream synchronised after each round); results checked.
+pp_args=(-b "$pp_bytes" -e "$pp_bytes" -n 10 -w 3 -c 1 -o avg)
+step "push-pull perf $pp_bytes, 2 ranks, host memory" 60 "${two_ranks[@]}" "$pushpull_perf" "${pp_args[@]}"
+step "push-pull perf $pp_bytes, 2 ranks, device memory" 60 env ANTDT_MEM=device "${two_ranks[@]}" "$pushpull_perf" \
+  "${pp_args[@]}"
 
 if ((failures > 0)); then finish 1; fi
 finish 0
