@@ -79,9 +79,10 @@ std::string Signature::describe() const {
 
 Call::Call(detail::CommImpl& comm, const Signature& sig) : Call(comm, sig, comm.next_seq()) {
   sequenced_ = true;
-  // Both channels, so that a rank waiting in either can tell a peer that took another path.
+  // Every channel, so that a rank waiting in any can tell a peer that took another path.
   if (auto* shm = comm.shm(detail::ShmArea::mailbox)) shm->announce(seq_, hash_);
   if (auto* shm = comm.shm(detail::ShmArea::bulk)) shm->announce(seq_, hash_);
+  if (auto* shm = comm.shm(detail::ShmArea::pushpull)) shm->announce(seq_, hash_);
 }
 
 void Call::check_aborted() {

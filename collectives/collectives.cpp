@@ -341,6 +341,10 @@ bool use_shm_bulk_allreduce(const detail::CommImpl& comm, std::size_t bytes) {
   return bytes > cfg.shm_max_bytes && cfg.shm_bulk_bytes > 0 && shm_allowed(comm, detail::ShmArea::bulk);
 }
 
+bool use_shm_pushpull(const detail::CommImpl& comm) {
+  return comm.config().shm_bulk_bytes > 0 && shm_allowed(comm, detail::ShmArea::pushpull);
+}
+
 void run_allreduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype,
                    ReduceOp op) {
   const std::size_t bytes_total = count * dtype_size(dtype);

@@ -85,6 +85,9 @@ Algo allreduce_algorithm(std::size_t count, DataType dtype, int nranks, Allreduc
 bool use_shm_allreduce(const detail::CommImpl& comm, std::size_t bytes);
 // Above ANTDT_SHM_MAX_BYTES: the bulk area (ANTDT_SHM_BULK_BYTES not 0), same conditions.
 bool use_shm_bulk_allreduce(const detail::CommImpl& comm, std::size_t bytes);
+// Whether push and pull move data through the push-pull shared-memory area
+// (collectives/pushpull_shm.cpp): same conditions as the bulk area, any size.
+bool use_shm_pushpull(const detail::CommImpl& comm);
 // The α-β-γ model's crossover (docs/collectives.md#allreduce-selection).
 std::size_t recursive_doubling_max_bytes(int nranks);
 

@@ -19,6 +19,7 @@
 #include "collectives/collectives.hpp"
 #include "collectives/device_collectives.hpp"
 #include "collectives/partial_step.hpp"
+#include "collectives/shm_common.hpp"
 #include "collectives/suite.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
@@ -290,6 +291,17 @@ class PushPullState {
       sh.acc.assign((sh.hi - sh.lo) * dtype_size(accumulator_type(e.spec.dtype)), std::byte{0});
     }
     remote_weights_.resize(layout_.workers.size());
+    // Each key's servers and their ranges (a server's pieces of a key are contiguous).
+    server_ranges_.resize(layout_.keys.size());
+    for (std::size_t ki = 0; ki < layout_.keys.size(); ++ki) {
+      for (const auto& p : layout_.pieces_of(ki)) {
+        auto& ranges = server_ranges_[ki];
+        if (ranges.empty() || ranges.back().rank != p.server)
+          ranges.push_back({p.server, p.first, p.first + p.count});
+        else
+          ranges.back().hi = p.first + p.count;
+      }
+    }
   }
 
   const Layout& layout() const noexcept { return layout_; }
@@ -335,6 +347,29 @@ class PushPullState {
 
   void partial_reduce(Call& call, std::size_t ki, ReduceOp op, std::span<const partial::Contributor> contributors,
                       const std::byte* send, std::byte* result);
+  // The shared-memory view of key `ki` (pushpull_shm.cpp).
+  ShmKey shm_key(std::size_t ki) {
+    const auto& e = layout_.keys[ki];
+    auto& sh = shards_[ki];
+    ShmKey k;
+    k.dtype = e.spec.dtype;
+    k.esize = e.esize;
+    k.count = e.spec.count;
+    k.worker = worker_;
+    k.server = sh.pieces > 0;
+    k.workers = layout_.workers;
+    k.servers = layout_.servers;
+    k.server_ranges = server_ranges_[ki];
+    k.shard_lo = sh.lo;
+    k.shard_hi = sh.hi;
+    k.acc = sh.acc.data();
+    k.first_push = !sh.round_open;
+    return k;
+  }
+  // The server's bookkeeping after a push of key `ki` (either path).
+  void close_push(std::size_t ki, double own_weight);
+  // The finished aggregate of this server's range of key `ki` for `op`.
+  const std::byte* shard_result(std::size_t ki, ReduceOp op);
 
   detail::CommImpl& comm_;
   Layout layout_;
@@ -345,7 +380,32 @@ class PushPullState {
   std::vector<std::byte> partial_acc_;   // grow-only: a partial step's aggregate of this rank's partitions
   std::vector<std::size_t> recv_index_;  // grow-only: per contributor, where its receives start
   std::vector<std::byte> device_copy_;   // grow-only: host copy of a worker's device tensor (push or pull)
+  std::vector<std::vector<ServerRange>> server_ranges_;  // per key
 };
+
+void PushPullState::close_push(std::size_t ki, double own_weight) {
+  auto& sh = shards_[ki];
+  if (sh.pieces == 0) return;
+  for (std::size_t w = 0; w < layout_.workers.size(); ++w)
+    if (layout_.workers[w] == comm_.rank()) remote_weights_[w] = own_weight;
+  if (!sh.round_open) sh.total_weight = 0;
+  for (std::size_t w = 0; w < layout_.workers.size(); ++w) sh.total_weight += remote_weights_[w];
+  sh.round_open = true;
+  sh.result_op.reset();
+}
+
+const std::byte* PushPullState::shard_result(std::size_t ki, ReduceOp op) {
+  const auto& e = layout_.keys[ki];
+  auto& sh = shards_[ki];
+  if (finish_is_copy(e.spec.dtype, op)) return sh.acc.data();
+  if (sh.result_op != op) {
+    const std::size_t n = sh.hi - sh.lo;
+    sh.result.resize(n * e.esize);
+    finish(e.spec.dtype, op, sh.acc.data(), sh.result.data(), n, sh.total_weight);
+    sh.result_op = op;
+  }
+  return sh.result.data();
+}
 
 void PushPullState::push(std::size_t ki, const std::byte* device_or_host_data, double weight, void* stream) {
   const auto& e = layout_.keys[ki];
@@ -362,9 +422,19 @@ void PushPullState::push(std::size_t ki, const std::byte* device_or_host_data, d
     if (device_copy_.size() < e.spec.count * e.esize) device_copy_.resize(e.spec.count * e.esize);
     data = device_copy_.data();
   }
-  Signature sig{Kind::push, e.spec.count, e.spec.dtype, ReduceOp::sum, -1, Algo::none};
+  const bool through_shm = coll::use_shm_pushpull(comm_);
+  Signature sig{Kind::push, e.spec.count, e.spec.dtype, ReduceOp::sum, -1, through_shm ? Algo::shm_bulk : Algo::none};
   sig.layout = key_salt(e.spec.key, 1);
   Call call(comm_, sig);
+  if (through_shm && coll::shm_ready(call, detail::ShmArea::pushpull)) {
+    if (on_device)  // the whole tensor first: the blocks do not follow the staging segments
+      device->download(device_or_host_data, std::span(device_copy_.data(), e.spec.count * e.esize), [](std::size_t) {});
+    shm_push(call, *comm_.shm(detail::ShmArea::pushpull), shm_key(ki), data, weight, remote_weights_);
+    close_push(ki, weight);
+    call.wait_all();
+    if (device) device->finish();
+    return;
+  }
   std::size_t index = 0;
   // 1. As a worker: to each other server, the weight, then the pieces it
   //    serves, in element order; a piece is sent once data[0, ready) holds it.
@@ -434,11 +504,8 @@ void PushPullState::push(std::size_t ki, const std::byte* device_or_host_data, d
                    first_push && w == 0);
       }
     }
-    if (first_push) sh.total_weight = 0;
-    for (std::size_t w = 0; w < nworkers; ++w) sh.total_weight += remote_weights_[w];
-    sh.round_open = true;
-    sh.result_op.reset();
   }
+  close_push(ki, weight);
   call.wait_all();
   if (device) device->finish();
 }
@@ -458,9 +525,22 @@ void PushPullState::pull(std::size_t ki, std::byte* device_or_host_out, ReduceOp
     if (device_copy_.size() < e.spec.count * e.esize) device_copy_.resize(e.spec.count * e.esize);
     out = device_copy_.data();
   }
-  Signature sig{Kind::pull, e.spec.count, e.spec.dtype, op, -1, Algo::none};
+  const bool through_shm = coll::use_shm_pushpull(comm_);
+  Signature sig{Kind::pull, e.spec.count, e.spec.dtype, op, -1, through_shm ? Algo::shm_bulk : Algo::none};
   sig.layout = key_salt(e.spec.key, 2);
   Call call(comm_, sig);
+  auto& sh = shards_[ki];
+  if (through_shm && coll::shm_ready(call, detail::ShmArea::pushpull)) {
+    shm_pull(call, *comm_.shm(detail::ShmArea::pushpull), shm_key(ki), sh.pieces > 0 ? shard_result(ki, op) : nullptr,
+             out);
+    sh.round_open = false;
+    if (on_device)
+      device->upload(device_or_host_out, std::span(device_copy_.data(), e.spec.count * e.esize),
+                     [](std::size_t, std::size_t) {});
+    call.wait_all();
+    if (device) device->finish();
+    return;
+  }
   std::size_t index = 0;
   // 1. As a worker: every receive from the other servers, straight into out
   //    (receive k is the k-th piece served by another rank).
@@ -469,18 +549,9 @@ void PushPullState::pull(std::size_t ki, std::byte* device_or_host_out, ReduceOp
       if (p.server != me) call.recv(index++, p.server, std::span(out + p.first * e.esize, p.count * e.esize));
   }
   // 2. As a server: this server's pieces of the result to every other worker.
-  auto& sh = shards_[ki];
   if (sh.pieces > 0) {
     const std::size_t n = sh.hi - sh.lo;
-    const std::byte* src = sh.acc.data();
-    if (!finish_is_copy(e.spec.dtype, op)) {
-      if (sh.result_op != op) {
-        sh.result.resize(n * e.esize);
-        finish(e.spec.dtype, op, sh.acc.data(), sh.result.data(), n, sh.total_weight);
-        sh.result_op = op;
-      }
-      src = sh.result.data();
-    }
+    const std::byte* src = shard_result(ki, op);
     for (int rank : layout_.workers) {
       if (rank == me) continue;
       for (std::size_t q = 0; q < sh.pieces; ++q) {

@@ -36,7 +36,14 @@ int node_cpus() noexcept {
   return cpus;
 }
 
-const char* area_name(ShmArea area) { return area == ShmArea::mailbox ? "mailbox" : "bulk area"; }
+const char* area_name(ShmArea area) {
+  switch (area) {
+    case ShmArea::mailbox: return "AllReduce mailbox";
+    case ShmArea::bulk: return "AllReduce bulk area";
+    case ShmArea::pushpull: return "push-pull area";
+  }
+  return "?";
+}
 
 // Rank 0's side of the set-up. Returns the channel when every rank mapped it.
 std::unique_ptr<ShmChannel> set_up_root(Call& call, const ShmChannel::Layout& layout, ShmArea area) {
@@ -57,7 +64,7 @@ std::unique_ptr<ShmChannel> set_up_root(Call& call, const ShmChannel::Layout& la
       offer[0] = 1;
       std::memcpy(offer.data() + 1, name.data(), std::min(name.size(), kNameBytes - 2));
     } catch (const TransportError& e) {
-      ANTDT_INFO("shared-memory AllReduce ", area_name(area), " unavailable: ", e.what());
+      ANTDT_INFO("shared-memory ", area_name(area), " unavailable: ", e.what());
     }
   }
   std::size_t index = static_cast<std::size_t>(n);
@@ -86,7 +93,7 @@ std::unique_ptr<ShmChannel> set_up_peer(Call& call, const ShmChannel::Layout& la
     try {
       channel = ShmChannel::open(std::string(offer.data() + 1), layout, call.rank());
     } catch (const TransportError& e) {
-      ANTDT_INFO("shared-memory AllReduce ", area_name(area), " unavailable: ", e.what());
+      ANTDT_INFO("shared-memory ", area_name(area), " unavailable: ", e.what());
     }
   }
   const std::uint8_t ok = channel ? 1 : 0;
@@ -106,7 +113,7 @@ ShmChannel::Layout shm_layout(const Call& call, ShmArea area) {
   // rank stages block k + 1 while peers may still read block k - 1
   // (allreduce_shm_bulk.cpp).
   if (area == ShmArea::mailbox) return {call.size(), 2, cfg.shm_max_bytes};
-  return {call.size(), 3, cfg.shm_bulk_bytes};
+  return {call.size(), 3, cfg.shm_bulk_bytes};  // bulk, pushpull (collectives/pushpull_shm.cpp)
 }
 
 bool shm_ready(Call& call, ShmArea area) {
@@ -115,7 +122,7 @@ bool shm_ready(Call& call, ShmArea area) {
     const ShmChannel::Layout layout = shm_layout(call, area);
     comm.set_shm(area, call.rank() == 0 ? set_up_root(call, layout, area) : set_up_peer(call, layout, area));
     call.set_index_base(call.next_free_index());
-    ANTDT_INFO("shared-memory AllReduce ", area_name(area), comm.shm(area) ? " enabled" : " not available", " for ",
+    ANTDT_INFO("shared-memory ", area_name(area), comm.shm(area) ? " enabled" : " not available", " for ",
                call.size(), " ranks (", layout.slots, " slots of ", layout.slot_bytes, " bytes per rank)");
   }
   return comm.shm(area) != nullptr;

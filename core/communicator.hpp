@@ -23,7 +23,7 @@
 namespace antdt::detail {
 
 class ShmChannel;  // core/shm_channel.hpp
-enum class ShmArea { mailbox, bulk };  // which of a communicator's shared-memory channels
+enum class ShmArea { mailbox, bulk, pushpull };  // which of a communicator's shared-memory channels
 
 // One posted operation of a collective, with what its receiver expects.
 struct OpSlot {
@@ -85,9 +85,9 @@ class CommImpl {
   // The control plane to the arbiter (empty when the communicator was made without one).
   control::Endpoints& control() noexcept { return control_; }
 
-  // The node-local shared-memory channels of AllReduce
-  // (collectives/allreduce_shm*.cpp): the mailbox of small messages and the
-  // staging area of large ones. Each is set up by the first call that may use
+  // The node-local shared-memory channels: the mailbox of small AllReduces
+  // and the bulk area of large ones (collectives/allreduce_shm*.cpp), and
+  // push-pull's (collectives/pushpull_shm.cpp). Each is set up by the first call that may use
   // it; null when that has not happened yet (shm_tried() false) or the ranks
   // could not share one (shm_tried() true).
   ShmChannel* shm(ShmArea area = ShmArea::mailbox) const noexcept { return shm_[index(area)].get(); }
@@ -107,8 +107,8 @@ class CommImpl {
   std::atomic<bool> failed_{false};  // failure_ is set (read without the lock)
   control::Endpoints control_;
   static constexpr std::size_t index(ShmArea area) noexcept { return static_cast<std::size_t>(area); }
-  std::array<std::unique_ptr<ShmChannel>, 2> shm_;
-  std::array<bool, 2> shm_tried_{};
+  std::array<std::unique_ptr<ShmChannel>, 3> shm_;
+  std::array<bool, 3> shm_tried_{};
   std::unique_ptr<CollectiveState> partial_state_;  // may hold the arbiter thread, which uses control_
   std::unique_ptr<CollectiveState> step_state_;
   std::atomic<bool> step_state_published_{false};

@@ -209,12 +209,15 @@ const std::vector<PushPullKey> kTable = {
 struct ModeCase {
   int ranks;
   bool dedicated;
+  bool shm;  // through the shared-memory push-pull area (4 KiB blocks: keys span several), else messages
 };
 void PrintTo(const ModeCase& c, std::ostream* os) {
-  *os << c.ranks << " ranks, " << (c.dedicated ? "dedicated servers" : "every rank serving");
+  *os << c.ranks << " ranks, " << (c.dedicated ? "dedicated servers" : "every rank serving")
+      << (c.shm ? ", shared memory" : ", messages");
 }
 std::string case_name(const ::testing::TestParamInfo<ModeCase>& info) {
-  return cat(info.param.ranks, "ranks_", info.param.dedicated ? "dedicated" : "allserve");
+  return cat(info.param.ranks, "ranks_", info.param.dedicated ? "dedicated" : "allserve",
+             info.param.shm ? "_shm" : "_messages");
 }
 
 std::vector<int> servers_for(const ModeCase& c) {
@@ -236,6 +239,8 @@ TEST_P(PushPullModes, RoundsMatchTheReference) {
     if (std::find(servers.begin(), servers.end(), r) == servers.end()) workers.push_back(r);
   std::mutex mu;
   std::vector<std::string> failures;
+  Config cfg = test_config();
+  cfg.shm_bulk_bytes = mode.shm ? 4096 : 0;
   auto outcomes = run_ranks(mode.ranks, TransportKind::inproc, [&](Communicator& comm) {
     PushPullOptions opts;
     opts.servers = servers;
@@ -284,15 +289,24 @@ TEST_P(PushPullModes, RoundsMatchTheReference) {
         }
       }
     }
-  });
+    const bool through_shm = comm.impl().shm(detail::ShmArea::pushpull) != nullptr;
+    if (through_shm != (mode.shm && mode.ranks > 1))
+      throw std::runtime_error(cat("the push-pull shared-memory area was ", through_shm ? "" : "not ", "used"));
+  }, cfg);
   expect_all_ok(outcomes);
   for (const auto& f : failures) ADD_FAILURE() << f;
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, PushPullModes,
-                         ::testing::Values(ModeCase{1, false}, ModeCase{2, false}, ModeCase{3, false},
-                                           ModeCase{4, false}, ModeCase{5, false}, ModeCase{2, true},
-                                           ModeCase{3, true}, ModeCase{4, true}, ModeCase{5, true}),
+                         ::testing::Values(ModeCase{1, false, false}, ModeCase{2, false, false},
+                                           ModeCase{3, false, false}, ModeCase{4, false, false},
+                                           ModeCase{5, false, false}, ModeCase{2, true, false},
+                                           ModeCase{3, true, false}, ModeCase{4, true, false},
+                                           ModeCase{5, true, false}, ModeCase{1, false, true},
+                                           ModeCase{2, false, true}, ModeCase{3, false, true},
+                                           ModeCase{4, false, true}, ModeCase{5, false, true},
+                                           ModeCase{2, true, true}, ModeCase{3, true, true},
+                                           ModeCase{4, true, true}, ModeCase{5, true, true}),
                          case_name);
 
 // Over UCX too (shared memory between threads), one mode.
