@@ -7,9 +7,15 @@
 #include "core/shm_channel.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 namespace antdt::coll {
 namespace {
+
+// How long a failed transfer waits for a peer's abort message before it is
+// reported as a transport failure (failure path only).
+constexpr auto kRootCauseLinger = std::chrono::milliseconds(100);
 
 std::uint64_t mix(std::uint64_t h, std::uint64_t v) noexcept {
   // FNV-1a over the 8 bytes of v: stable across processes and builds.
@@ -233,8 +239,14 @@ void Call::check(detail::OpSlot& slot) {
   auto& c = slot.completion;
   const auto state = c.state.load(std::memory_order_acquire);
   if (state == transport::State::failed) {
-    // A peer that aborted also closes its side: report the abort, the root cause.
+    // A peer that aborted also closes its side, and its abort message may
+    // still be on the way when our transfer to it fails: look for the abort
+    // (the root cause) for a moment before blaming the transfer.
     throw_if_aborted();
+    for (const auto until = transport::Clock::now() + kRootCauseLinger; transport::Clock::now() < until;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      check_aborted();
+    }
     if (slot.is_recv && c.truncated)
       fail(Status::mismatch, cat("rank ", rank(), " in ", sig_.describe(), " #", seq_, ": rank ", slot.peer,
                                  " sent more data than expected (", c.error,
