@@ -153,13 +153,15 @@ TEST_P(ShmAllreduce, ResultIsTheRankOrderReduction) {
       bulk_config()));
 }
 
-TEST_P(ShmAllreduce, BulkAreaManyCallsOfChangingSizesReuseTheThreeSlots) {
-  const auto [kind, n] = GetParam();
+// `rounds` in-place u64 sums of `count_of(round)` elements, each checked:
+// data of one call must never leak into another through a reused slot.
+void expect_rounds_of_changing_sizes(TransportKind kind, int n, const Config& cfg, std::uint64_t rounds,
+                                     const std::function<std::size_t(std::uint64_t)>& count_of) {
   expect_all_ok(run_ranks(
       n, kind,
       [&](Communicator& comm) {
-        for (std::uint64_t round = 0; round < 300; ++round) {
-          const std::size_t count = 33 + (round * 397) % 2600;  // 1 to 6 blocks of 512
+        for (std::uint64_t round = 0; round < rounds; ++round) {
+          const std::size_t count = count_of(round);
           std::vector<std::uint64_t> v(count);
           for (std::size_t i = 0; i < count; ++i) v[i] = round * 1000 + static_cast<std::uint64_t>(comm.rank()) + i;
           comm.allreduce(v.data(), v.data(), count, DataType::u64, ReduceOp::sum);
@@ -170,27 +172,18 @@ TEST_P(ShmAllreduce, BulkAreaManyCallsOfChangingSizesReuseTheThreeSlots) {
           }
         }
       },
-      bulk_config()));
+      cfg));
+}
+
+TEST_P(ShmAllreduce, BulkAreaManyCallsOfChangingSizesReuseTheThreeSlots) {
+  const auto [kind, n] = GetParam();
+  // 1 to 6 blocks of 512 elements.
+  expect_rounds_of_changing_sizes(kind, n, bulk_config(), 300, [](std::uint64_t r) { return 33 + (r * 397) % 2600; });
 }
 
 TEST_P(ShmAllreduce, ManyRoundsReuseBothSlotsWithoutMixingData) {
   const auto [kind, n] = GetParam();
-  expect_all_ok(run_ranks(
-      n, kind,
-      [&](Communicator& comm) {
-        for (std::uint64_t round = 0; round < 2000; ++round) {
-          const std::size_t count = 1 + round % 17;  // sizes change every round
-          std::vector<std::uint64_t> v(count);
-          for (std::size_t i = 0; i < count; ++i) v[i] = round * 1000 + static_cast<std::uint64_t>(comm.rank()) + i;
-          comm.allreduce(v.data(), v.data(), count, DataType::u64, ReduceOp::sum);
-          const auto nn = static_cast<std::uint64_t>(n);
-          for (std::size_t i = 0; i < count; ++i) {
-            const std::uint64_t want = nn * (round * 1000 + i) + nn * (nn - 1) / 2;
-            if (v[i] != want) throw std::runtime_error(cat("round ", round, " element ", i, ": ", v[i], " != ", want));
-          }
-        }
-      },
-      shm_config()));
+  expect_rounds_of_changing_sizes(kind, n, shm_config(), 2000, [](std::uint64_t r) { return 1 + r % 17; });
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, ShmAllreduce,
