@@ -73,7 +73,7 @@ class Progress : public ::testing::TestWithParam<Param> {
 TEST_P(Progress, QueuedAllreduceCompletesWhileTheCallerOnlyPolls) {
   const int n = ranks();
   auto outcomes = run([&](Communicator& comm) {
-    const std::size_t count = 70000;  // the ring, several chunks
+    const std::size_t count = 70000;  // 560 KB: the shared-memory bulk area, two blocks
     std::vector<std::int64_t> in(count), out(count, -1);
     for (std::size_t i = 0; i < count; ++i) in[i] = static_cast<std::int64_t>(i) * (comm.rank() + 1);
     Request req = comm.iallreduce(in.data(), out.data(), count, DataType::i64, ReduceOp::sum);
