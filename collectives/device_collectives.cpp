@@ -26,6 +26,8 @@ namespace {
 std::atomic<cuda::DeviceBackend*> backend_override{nullptr};
 thread_local LastPath last_path = LastPath::none;
 thread_local LastPath last_bcast_path = LastPath::none;
+thread_local LastPath last_rs_path = LastPath::none;
+thread_local LastPath last_ag_path = LastPath::none;
 
 // The signature `layout` field of the IPC path's own messages: a rank that
 // runs a host or staged AllReduce while its peers run the IPC protocol (say,
@@ -35,6 +37,10 @@ constexpr std::uint64_t kIpcReducedLayout = 0x4950430000000002ULL;
 constexpr std::uint64_t kIpcDoneLayout = 0x4950430000000003ULL;
 constexpr std::uint64_t kIpcBroadcastExchangeLayout = 0x4950430000000011ULL;
 constexpr std::uint64_t kIpcBroadcastDoneLayout = 0x4950430000000013ULL;
+constexpr std::uint64_t kIpcReduceScatterExchangeLayout = 0x4950430000000021ULL;
+constexpr std::uint64_t kIpcReduceScatterDoneLayout = 0x4950430000000023ULL;
+constexpr std::uint64_t kIpcAllgatherExchangeLayout = 0x4950430000000031ULL;
+constexpr std::uint64_t kIpcAllgatherDoneLayout = 0x4950430000000033ULL;
 
 const std::byte* as_bytes(const void* p) { return static_cast<const std::byte*>(p); }
 std::byte* as_bytes(void* p) { return static_cast<std::byte*>(p); }
@@ -244,6 +250,92 @@ bool ipc_broadcast(detail::CommImpl& comm, cuda::DeviceWork& work, const void* s
   return true;
 }
 
+// Runs the ReduceScatter through CUDA IPC when every rank can (true), or
+// returns false, on every rank alike, when it should be staged instead: rank
+// r reduces block r from every rank's mapped send buffer straight into its
+// recv, starting from its own block, then the others in rank order; a barrier
+// keeps every send buffer unchanged until all peers have read it. In place
+// (recv is block r of send) rank r writes only its own block r, which no
+// peer reads.
+bool ipc_reduce_scatter(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv,
+                        std::size_t recv_count, DataType dtype, ReduceOp op) {
+  const Config& cfg = comm.config();
+  if (!exchanges_records(cfg.gpu_path, comm.size())) return false;
+  const int n = comm.size(), me = comm.rank();
+  const std::size_t block = recv_count * dtype_size(dtype);
+  wait_device(work, comm, "reduce_scatter (ipc)", "the caller's stream work before the IPC exchange");
+  // Peers read this rank's send buffer; the kernels write its recv, which must be device memory too.
+  PeerRecord mine = export_record(work, send, send, block * static_cast<std::size_t>(n));
+  if (!on_device(recv)) {
+    mine.exportable = false;
+    mine.reason = "a buffer is host memory";
+  }
+  const std::vector<PeerRecord> records =
+      exchange_records(comm, mine,
+                       Signature{Kind::reduce_scatter, recv_count, dtype, op, -1, Algo::none,
+                                 kIpcReduceScatterExchangeLayout});
+  if (resolve_path(cfg.gpu_path, records) == Path::staged) return false;
+  failing_together(comm, "reduce_scatter (ipc)", [&] {
+    cuda::NvtxRange range("antdt ipc reduce_scatter");
+    const std::size_t at = static_cast<std::size_t>(me) * block;
+    if (recv_count > 0) {
+      bool first = true;
+      for (int q = 0; q < n; ++q) {
+        if (q == me) continue;
+        const std::byte* theirs = work.ipc_map(records[static_cast<std::size_t>(q)].send) + at;
+        work.reduce_into(dtype, op, recv, first ? as_bytes(send) + at : recv, theirs, recv_count);
+        first = false;
+      }
+      if (op == ReduceOp::avg) work.finish_avg(dtype, recv, recv_count, static_cast<std::size_t>(n));
+    }
+    wait_device(work, comm, "reduce_scatter (ipc)", "the reduction of this rank's block");
+    Call call(comm, Signature{Kind::reduce_scatter, recv_count, dtype, op, -1, Algo::dissemination,
+                              kIpcReduceScatterDoneLayout});
+    barrier_dissemination(call);
+  });
+  return true;
+}
+
+// Runs the AllGather(V) through CUDA IPC when every rank can (true), or
+// returns false, on every rank alike, when it should be staged instead: each
+// rank copies every peer's block from the peer's mapped send buffer straight
+// into its place in recv (gaps between blocks keep their contents); a barrier
+// keeps every send buffer unchanged until all peers have read it. In place
+// (send is this rank's block of recv) the own block stays where it is, and
+// peers only read it.
+bool ipc_allgatherv(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv,
+                    std::span<const std::size_t> counts, std::span<const std::size_t> offsets, DataType dtype) {
+  const Config& cfg = comm.config();
+  if (!exchanges_records(cfg.gpu_path, comm.size())) return false;
+  const int n = comm.size(), me = comm.rank();
+  const std::size_t esize = dtype_size(dtype);
+  const std::size_t mine = counts[static_cast<std::size_t>(me)] * esize;
+  wait_device(work, comm, "allgather (ipc)", "the caller's stream work before the IPC exchange");
+  // A rank with nothing to give exports its recv buffer instead (a record needs a buffer).
+  const void* exported = mine > 0 ? send : recv;
+  const std::vector<PeerRecord> records =
+      exchange_records(comm, export_record(work, exported, recv, std::max<std::size_t>(mine, esize)),
+                       Signature{Kind::allgatherv, counts.size(), dtype, ReduceOp::sum, -1, Algo::none,
+                                 kIpcAllgatherExchangeLayout});
+  if (resolve_path(cfg.gpu_path, records) == Path::staged) return false;
+  failing_together(comm, "allgather (ipc)", [&] {
+    cuda::NvtxRange range("antdt ipc allgather");
+    for (int q = 0; q < n; ++q) {
+      const auto i = static_cast<std::size_t>(q);
+      const std::size_t bytes = counts[i] * esize;
+      if (bytes == 0) continue;
+      std::byte* dst = as_bytes(recv) + offsets[i] * esize;
+      const std::byte* src = q == me ? as_bytes(send) : work.ipc_map(records[i].send);
+      if (src != dst) work.copy(dst, src, bytes);
+    }
+    wait_device(work, comm, "allgather (ipc)", "copying the peers' blocks");
+    Call call(comm, Signature{Kind::allgatherv, counts.size(), dtype, ReduceOp::sum, -1, Algo::dissemination,
+                              kIpcAllgatherDoneLayout});
+    barrier_dissemination(call);
+  });
+  return true;
+}
+
 // Runs the AllReduce through CUDA IPC when every rank can (true), or returns
 // false, on every rank alike, when the call should be staged instead.
 bool ipc_allreduce(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv, std::size_t count,
@@ -364,6 +456,8 @@ void synchronize_host_call(const detail::CommImpl& comm, void* stream, const cha
 
 LastPath last_allreduce_path() noexcept { return last_path; }
 LastPath last_broadcast_path() noexcept { return last_bcast_path; }
+LastPath last_reduce_scatter_path() noexcept { return last_rs_path; }
+LastPath last_allgather_path() noexcept { return last_ag_path; }
 
 // ---------------------------------------------------------------------------
 // Device paths
@@ -435,9 +529,14 @@ void reduce_scatter(detail::CommImpl& comm, const void* send, void* recv, std::s
   cuda::NvtxRange range("antdt reduce_scatter (device)");
   const std::size_t block = recv_count * dtype_size(dtype);
   std::unique_ptr<cuda::DeviceWork> work = backend().begin(device_buffer(send, recv), stream);
-  run_whole_staged(*work, comm, "reduce_scatter (staged)", send, block * static_cast<std::size_t>(comm.size()), recv,
-                   block, false,
-                   [&](std::byte* s, std::byte* r) { host_reduce_scatter(comm, s, r, recv_count, dtype, op); });
+  last_rs_path = LastPath::staged;
+  if (comm.size() > 1 && ipc_reduce_scatter(comm, *work, send, recv, recv_count, dtype, op)) {
+    last_rs_path = LastPath::ipc;
+  } else {
+    run_whole_staged(*work, comm, "reduce_scatter (staged)", send, block * static_cast<std::size_t>(comm.size()),
+                     recv, block, false,
+                     [&](std::byte* s, std::byte* r) { host_reduce_scatter(comm, s, r, recv_count, dtype, op); });
+  }
   finish(*work, comm, recv, "reduce_scatter");
 }
 
@@ -448,15 +547,21 @@ void allgatherv(detail::CommImpl& comm, const void* send, void* recv, std::span<
   // The recv extent; blocks that do not tile it leave gaps, which must keep
   // their contents, so then recv is downloaded first.
   std::size_t extent = 0, total = 0;
+  std::vector<std::size_t> offsets(counts.size());
   for (std::size_t b = 0; b < counts.size(); ++b) {
-    const std::size_t at = displs.empty() ? total : displs[b];
-    extent = std::max(extent, at + counts[b]);
+    offsets[b] = displs.empty() ? total : displs[b];
+    extent = std::max(extent, offsets[b] + counts[b]);
     total += counts[b];
   }
   const std::size_t mine = counts[static_cast<std::size_t>(comm.rank())];
   std::unique_ptr<cuda::DeviceWork> work = backend().begin(device_buffer(send, recv), stream);
-  run_whole_staged(*work, comm, "allgather (staged)", send, mine * esize, recv, extent * esize, extent != total,
-                   [&](std::byte* s, std::byte* r) { host_allgatherv(comm, s, r, counts, displs, dtype); });
+  last_ag_path = LastPath::staged;
+  if (comm.size() > 1 && ipc_allgatherv(comm, *work, send, recv, counts, offsets, dtype)) {
+    last_ag_path = LastPath::ipc;
+  } else {
+    run_whole_staged(*work, comm, "allgather (staged)", send, mine * esize, recv, extent * esize, extent != total,
+                     [&](std::byte* s, std::byte* r) { host_allgatherv(comm, s, r, counts, displs, dtype); });
+  }
   finish(*work, comm, recv, "allgather");
 }
 

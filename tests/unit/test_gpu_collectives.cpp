@@ -157,7 +157,9 @@ TEST_F(GpuCollectives, IpcBroadcastEveryRootTwoToFourRanks) {
   }
 }
 
-TEST_F(GpuCollectives, BroadcastReduceReduceScatterAllgatherStaged) {
+// Broadcast, Reduce, ReduceScatter and AllGather of 3 ranks on GPU 0 through
+// `path` (Reduce is always staged) against the reference.
+void check_broadcast_reduce_reduce_scatter_allgather(GpuPath path) {
   const int n = 3;
   const DataType t = DataType::f32;
   const std::size_t count = 3001;
@@ -207,6 +209,8 @@ TEST_F(GpuCollectives, BroadcastReduceReduceScatterAllgatherStaged) {
         expect_values("reduce_scatter", to_host(sr.data(), count * 4), [&](std::size_t i) {
           return expected(t, ReduceOp::sum, n, static_cast<std::size_t>(me) * count + i);
         });
+        const LastPath want = path == GpuPath::ipc ? LastPath::ipc : LastPath::staged;
+        if (coll::device::last_reduce_scatter_path() != want) throw std::runtime_error("reduce_scatter: wrong path");
         // AllGather.
         cuda::DeviceBuffer gs(count * 4), gr(count * 4 * static_cast<std::size_t>(n));
         for (std::size_t i = 0; i < count; ++i)
@@ -218,9 +222,18 @@ TEST_F(GpuCollectives, BroadcastReduceReduceScatterAllgatherStaged) {
         expect_values("allgather", to_host(gr.data(), count * 4 * static_cast<std::size_t>(n)), [&](std::size_t i) {
           return static_cast<double>(static_cast<int>(i / count) * 10000 + static_cast<int>(i % count));
         });
+        if (coll::device::last_allgather_path() != want) throw std::runtime_error("allgather: wrong path");
       },
-      config_with(GpuPath::staged));  // broadcast would take IPC otherwise
+      config_with(path));
   expect_all_ok(outcomes);
+}
+
+TEST_F(GpuCollectives, BroadcastReduceReduceScatterAllgatherStaged) {
+  check_broadcast_reduce_reduce_scatter_allgather(GpuPath::staged);
+}
+
+TEST_F(GpuCollectives, BroadcastReduceScatterAllgatherThroughIpc) {
+  check_broadcast_reduce_reduce_scatter_allgather(GpuPath::ipc);
 }
 
 #else

@@ -613,6 +613,119 @@ TEST(DevicePaths, BroadcastStagesOrFailsTogetherWhenOneRankCannotExport) {
   }
 }
 
+// ReduceScatter through IPC (or staged): every dtype x op, in place (recv is
+// this rank's block of send) and out of place. Each rank overwrites its send
+// buffer as soon as its call returns: peers must have read it by then.
+void check_reduce_scatter_paths(int n, GpuPath setting, LastPath want) {
+  FakeDevice dev(40);
+  coll::device::ScopedBackend use(dev);
+  auto outcomes = run_ranks(
+      n, TransportKind::inproc,
+      [&](Communicator& comm) {
+        const auto me = static_cast<std::size_t>(comm.rank());
+        const auto un = static_cast<std::size_t>(n);
+        for (DataType t : kAllTypes) {
+          const std::size_t es = dtype_size(t);
+          for (ReduceOp op : kAllOps) {
+            for (std::size_t count : {1u, 7u, 45u}) {
+              for (bool in_place : {false, true}) {
+                std::byte* send = dev.allocate(un * count * es);
+                std::byte* recv = in_place ? send + me * count * es : dev.allocate(count * es);
+                for (std::size_t i = 0; i < un * count; ++i) store(t, send, i, input(t, op, comm.rank(), i));
+                if (!in_place) std::memset(recv, 0x5a, count * es + 1);
+                comm.reduce_scatter(send, recv, count, t, op);
+                dev.drain_this_thread();
+                const std::string what = cat("reduce_scatter ", dtype_name(t), " ", op_name(op), " count ", count,
+                                             in_place ? " in place" : " out of place", " on rank ", me);
+                if (coll::device::last_reduce_scatter_path() != want) throw std::runtime_error(what + ": wrong path");
+                for (std::size_t i = 0; i < count; ++i) {
+                  const double got = load(t, recv, i), wanted = expected(t, op, n, me * count + i);
+                  if (!close_enough(t, op, got, wanted))
+                    throw std::runtime_error(cat(what, ": element ", i, " is ", got, ", expected ", wanted));
+                }
+                if (!in_place && recv[count * es] != std::byte{0x5a}) throw std::runtime_error(what + ": wrote past recv");
+                std::memset(send, 0x77, un * count * es);  // reused at once
+              }
+            }
+          }
+        }
+      },
+      config_with(setting));
+  expect_all_ok(outcomes);
+  EXPECT_EQ(dev.begins.load(), dev.completes.load());
+}
+
+TEST(DevicePaths, IpcReduceScatterEveryDtypeOpOnTwoToFourRanks) {
+  for (int n = 2; n <= 4; ++n) check_reduce_scatter_paths(n, GpuPath::ipc, LastPath::ipc);
+  check_reduce_scatter_paths(3, GpuPath::automatic, LastPath::ipc);
+  check_reduce_scatter_paths(3, GpuPath::staged, LastPath::staged);
+}
+
+// AllGatherV through IPC (or staged): rank r gives r + 1 + count elements
+// (rank 1 gives none when count is 0), blocks placed in reverse rank order
+// with a one-element gap between them that must keep its contents; then the
+// plain AllGather in place. Each rank overwrites its send buffer at once.
+void check_allgather_paths(int n, GpuPath setting, LastPath want) {
+  FakeDevice dev(40);
+  coll::device::ScopedBackend use(dev);
+  auto outcomes = run_ranks(
+      n, TransportKind::inproc,
+      [&](Communicator& comm) {
+        const auto me = static_cast<std::size_t>(comm.rank());
+        const auto un = static_cast<std::size_t>(n);
+        const auto value = [](std::size_t rank, std::size_t i) { return static_cast<double>((rank * 13 + i) % 60); };
+        for (DataType t : kAllTypes) {
+          const std::size_t es = dtype_size(t);
+          for (std::size_t base : {0u, 5u, 40u}) {
+            std::vector<std::size_t> counts(un), displs(un);
+            std::size_t at = 0;
+            for (std::size_t k = un; k-- > 0;) {  // reverse rank order, gaps of one element
+              counts[k] = base == 0 && k == 1 ? 0 : k + 1 + base;
+              displs[k] = at;
+              at += counts[k] + 1;
+            }
+            const std::size_t extent = at;
+            std::byte* send = dev.allocate(std::max<std::size_t>(counts[me], 1) * es);
+            std::byte* recv = dev.allocate(extent * es);
+            for (std::size_t i = 0; i < counts[me]; ++i) store(t, send, i, value(me, i));
+            std::memset(recv, 0x5a, extent * es);
+            comm.allgatherv(send, recv, counts, displs, t);
+            dev.drain_this_thread();
+            const std::string what = cat("allgatherv ", dtype_name(t), " base ", base, " on rank ", me);
+            if (coll::device::last_allgather_path() != want) throw std::runtime_error(what + ": wrong path");
+            for (std::size_t q = 0; q < un; ++q) {
+              for (std::size_t i = 0; i < counts[q]; ++i)
+                if (load(t, recv + displs[q] * es, i) != value(q, i))
+                  throw std::runtime_error(cat(what, ": rank ", q, "'s element ", i, " is wrong"));
+              const std::byte* gap = recv + (displs[q] + counts[q]) * es;
+              for (std::size_t b = 0; b < es; ++b)
+                if (gap[b] != std::byte{0x5a}) throw std::runtime_error(cat(what, ": the gap after rank ", q, " changed"));
+            }
+            std::memset(send, 0x77, std::max<std::size_t>(counts[me], 1) * es);  // reused at once
+          }
+          // Plain AllGather in place: this rank's block already sits in recv.
+          const std::size_t count = 9;
+          std::byte* all = dev.allocate(un * count * es);
+          for (std::size_t i = 0; i < count; ++i) store(t, all + me * count * es, i, value(me, i));
+          comm.allgather(all + me * count * es, all, count, t);
+          dev.drain_this_thread();
+          for (std::size_t q = 0; q < un; ++q)
+            for (std::size_t i = 0; i < count; ++i)
+              if (load(t, all + q * count * es, i) != value(q, i))
+                throw std::runtime_error(cat("allgather in place ", dtype_name(t), ": rank ", q, "'s element ", i));
+        }
+      },
+      config_with(setting));
+  expect_all_ok(outcomes);
+  EXPECT_EQ(dev.begins.load(), dev.completes.load());
+}
+
+TEST(DevicePaths, IpcAllgatherEveryDtypeOnTwoToFourRanks) {
+  for (int n = 2; n <= 4; ++n) check_allgather_paths(n, GpuPath::ipc, LastPath::ipc);
+  check_allgather_paths(3, GpuPath::automatic, LastPath::ipc);
+  check_allgather_paths(3, GpuPath::staged, LastPath::staged);
+}
+
 TEST(DevicePaths, EveryOtherCollectiveOnDeviceBuffers) {
   FakeDevice dev(24);
   coll::device::ScopedBackend use(dev);
