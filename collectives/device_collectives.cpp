@@ -311,12 +311,20 @@ bool ipc_allgatherv(detail::CommImpl& comm, cuda::DeviceWork& work, const void* 
   const std::size_t esize = dtype_size(dtype);
   const std::size_t mine = counts[static_cast<std::size_t>(me)] * esize;
   wait_device(work, comm, "allgather (ipc)", "the caller's stream work before the IPC exchange");
+  // The block layout is part of the signatures: ranks that disagree on it
+  // fail with MismatchError at the exchange instead of reading past a peer's buffer.
+  std::uint64_t layout_hash = 0x9e3779b97f4a7c15ULL;
+  for (std::size_t b = 0; b < counts.size(); ++b) {
+    layout_hash = (layout_hash ^ counts[b]) * 0xff51afd7ed558ccdULL;
+    layout_hash = (layout_hash ^ offsets[b]) * 0xc4ceb9fe1a85ec53ULL;
+  }
+  layout_hash ^= layout_hash >> 33;
   // A rank with nothing to give exports its recv buffer instead (a record needs a buffer).
   const void* exported = mine > 0 ? send : recv;
   const std::vector<PeerRecord> records =
       exchange_records(comm, export_record(work, exported, recv, std::max<std::size_t>(mine, esize)),
                        Signature{Kind::allgatherv, counts.size(), dtype, ReduceOp::sum, -1, Algo::none,
-                                 kIpcAllgatherExchangeLayout});
+                                 kIpcAllgatherExchangeLayout ^ layout_hash});
   if (resolve_path(cfg.gpu_path, records) == Path::staged) return false;
   failing_together(comm, "allgather (ipc)", [&] {
     cuda::NvtxRange range("antdt ipc allgather");
@@ -330,7 +338,7 @@ bool ipc_allgatherv(detail::CommImpl& comm, cuda::DeviceWork& work, const void* 
     }
     wait_device(work, comm, "allgather (ipc)", "copying the peers' blocks");
     Call call(comm, Signature{Kind::allgatherv, counts.size(), dtype, ReduceOp::sum, -1, Algo::dissemination,
-                              kIpcAllgatherDoneLayout});
+                              kIpcAllgatherDoneLayout ^ layout_hash});
     barrier_dissemination(call);
   });
   return true;

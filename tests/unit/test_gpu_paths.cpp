@@ -726,6 +726,23 @@ TEST(DevicePaths, IpcAllgatherEveryDtypeOnTwoToFourRanks) {
   check_allgather_paths(3, GpuPath::staged, LastPath::staged);
 }
 
+TEST(DevicePaths, IpcAllgathervWithDifferentCountsFailsWithMismatch) {
+  FakeDevice dev(40);
+  coll::device::ScopedBackend use(dev);
+  const int n = 3;
+  auto outcomes = run_ranks(
+      n, TransportKind::inproc,
+      [&](Communicator& comm) {
+        // Rank 1 believes rank 0 gives 20 elements; the others, 10.
+        const std::vector<std::size_t> counts = {comm.rank() == 1 ? 20u : 10u, 10u, 10u};
+        std::byte* send = dev.allocate(counts[static_cast<std::size_t>(comm.rank())] * 4);
+        std::byte* recv = dev.allocate(40 * 4);
+        comm.allgatherv(send, recv, counts, {}, DataType::f32);
+      },
+      config_with(GpuPath::ipc));
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(failed_with<MismatchError>(outcomes, r)) << r << ": " << failure_of(outcomes, r);
+}
+
 TEST(DevicePaths, EveryOtherCollectiveOnDeviceBuffers) {
   FakeDevice dev(24);
   coll::device::ScopedBackend use(dev);
