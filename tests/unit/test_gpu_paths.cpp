@@ -478,26 +478,24 @@ TEST(DevicePaths, IpcAllreduceEveryDtypeOpOnTwoToFourRanks) {
 
 TEST(DevicePaths, AutoTakesIpcOnOneNode) { check_allreduce_paths(2, GpuPath::automatic, LastPath::ipc); }
 
-TEST(DevicePaths, OneRankThatCannotExportMakesEveryRankStageOrFail) {
+// One rank (`denier`) cannot export its buffer: with auto every rank stages
+// the call (and gets the right result), with ipc every rank fails with
+// UnsupportedError naming that rank. `call` runs the collective on a
+// `bytes`-byte device buffer, lets the device finish, checks the result, and
+// returns the path taken.
+void expect_stage_or_fail_together(int denier, std::size_t bytes,
+                                   const std::function<LastPath(Communicator&, FakeDevice&, std::byte* buf)>& call) {
   for (GpuPath setting : {GpuPath::automatic, GpuPath::ipc}) {
     FakeDevice dev(40);
     coll::device::ScopedBackend use(dev);
     const int n = 3;
-    const std::size_t count = 50;
     std::atomic<int> staged{0};
     auto outcomes = run_ranks(
         n, TransportKind::inproc,
         [&](Communicator& comm) {
-          std::byte* buf = dev.allocate(count * 4);
-          if (comm.rank() == 1) dev.deny_export(buf);
-          for (std::size_t i = 0; i < count; ++i)
-            store(DataType::i32, buf, i, input(DataType::i32, ReduceOp::sum, comm.rank(), i));
-          comm.allreduce(buf, buf, count, DataType::i32, ReduceOp::sum);
-          dev.drain_this_thread();
-          if (coll::device::last_allreduce_path() == LastPath::staged) ++staged;
-          for (std::size_t i = 0; i < count; ++i)
-            if (load(DataType::i32, buf, i) != expected(DataType::i32, ReduceOp::sum, n, i))
-              throw std::runtime_error(cat("element ", i, " is wrong"));
+          std::byte* buf = dev.allocate(bytes);
+          if (comm.rank() == denier) dev.deny_export(buf);
+          if (call(comm, dev, buf) == LastPath::staged) ++staged;
         },
         config_with(setting));
     if (setting == GpuPath::automatic) {
@@ -509,13 +507,28 @@ TEST(DevicePaths, OneRankThatCannotExportMakesEveryRankStageOrFail) {
         try {
           std::rethrow_exception(outcomes[static_cast<std::size_t>(r)]);
         } catch (const UnsupportedError& e) {
-          EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
+          EXPECT_NE(std::string(e.what()).find(cat("rank ", denier)), std::string::npos) << e.what();
         } catch (const std::exception& e) {
           ADD_FAILURE() << "rank " << r << ": expected UnsupportedError, got " << e.what();
         }
       }
     }
   }
+}
+
+TEST(DevicePaths, OneRankThatCannotExportMakesEveryRankStageOrFail) {
+  const std::size_t count = 50;
+  expect_stage_or_fail_together(1, count * 4, [&](Communicator& comm, FakeDevice& dev, std::byte* buf) {
+    for (std::size_t i = 0; i < count; ++i)
+      store(DataType::i32, buf, i, input(DataType::i32, ReduceOp::sum, comm.rank(), i));
+    comm.allreduce(buf, buf, count, DataType::i32, ReduceOp::sum);
+    dev.drain_this_thread();
+    const LastPath path = coll::device::last_allreduce_path();
+    for (std::size_t i = 0; i < count; ++i)
+      if (load(DataType::i32, buf, i) != expected(DataType::i32, ReduceOp::sum, 3, i))
+        throw std::runtime_error(cat("element ", i, " is wrong"));
+    return path;
+  });
 }
 
 // Broadcast through IPC (or staged): every dtype and root, in place and out
@@ -574,43 +587,19 @@ TEST(DevicePaths, IpcBroadcastEveryDtypeAndRootOnTwoToFourRanks) {
 TEST(DevicePaths, StagedBroadcastEveryDtypeAndRoot) { check_broadcast_paths(3, GpuPath::staged, LastPath::staged); }
 
 TEST(DevicePaths, BroadcastStagesOrFailsTogetherWhenOneRankCannotExport) {
-  for (GpuPath setting : {GpuPath::automatic, GpuPath::ipc}) {
-    FakeDevice dev(40);
-    coll::device::ScopedBackend use(dev);
-    const int n = 3, root = 0;
-    const std::size_t count = 50;
-    std::atomic<int> staged{0};
-    auto outcomes = run_ranks(
-        n, TransportKind::inproc,
-        [&](Communicator& comm) {
-          std::byte* buf = dev.allocate(count * 4);
-          if (comm.rank() == 2) dev.deny_export(buf);  // a non-root's recv
-          for (std::size_t i = 0; i < count; ++i)
-            store(DataType::f32, buf, i, comm.rank() == root ? static_cast<double>(i) : -1.0);
-          comm.broadcast(buf, buf, count, DataType::f32, root);
-          dev.drain_this_thread();
-          if (coll::device::last_broadcast_path() == LastPath::staged) ++staged;
-          for (std::size_t i = 0; i < count; ++i)
-            if (load(DataType::f32, buf, i) != static_cast<double>(i))
-              throw std::runtime_error(cat("element ", i, " is ", load(DataType::f32, buf, i)));
-        },
-        config_with(setting));
-    if (setting == GpuPath::automatic) {
-      expect_all_ok(outcomes);
-      EXPECT_EQ(staged.load(), n);
-    } else {
-      for (int r = 0; r < n; ++r) {
-        ASSERT_TRUE(outcomes[static_cast<std::size_t>(r)]) << "rank " << r << " should have failed";
-        try {
-          std::rethrow_exception(outcomes[static_cast<std::size_t>(r)]);
-        } catch (const UnsupportedError& e) {
-          EXPECT_NE(std::string(e.what()).find("rank 2"), std::string::npos) << e.what();
-        } catch (const std::exception& e) {
-          ADD_FAILURE() << "rank " << r << ": expected UnsupportedError, got " << e.what();
-        }
-      }
-    }
-  }
+  const std::size_t count = 50;
+  const int root = 0;
+  expect_stage_or_fail_together(2, count * 4, [&](Communicator& comm, FakeDevice& dev, std::byte* buf) {
+    for (std::size_t i = 0; i < count; ++i)  // rank 2 (the denier) is a non-root
+      store(DataType::f32, buf, i, comm.rank() == root ? static_cast<double>(i) : -1.0);
+    comm.broadcast(buf, buf, count, DataType::f32, root);
+    dev.drain_this_thread();
+    const LastPath path = coll::device::last_broadcast_path();
+    for (std::size_t i = 0; i < count; ++i)
+      if (load(DataType::f32, buf, i) != static_cast<double>(i))
+        throw std::runtime_error(cat("element ", i, " is ", load(DataType::f32, buf, i)));
+    return path;
+  });
 }
 
 // ReduceScatter through IPC (or staged): every dtype x op, in place (recv is
