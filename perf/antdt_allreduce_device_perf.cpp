@@ -127,39 +127,32 @@ void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType d
       }
     };
 
-    auto out_of_place = [&] { call(input.data(), result.data()); };
-    for (int i = 0; i < opts.warmup_iters; ++i) out_of_place();
-    comm.barrier();
-    const double oop_us = perf::time_per_iteration_us(opts.iters, out_of_place);
-    std::optional<std::uint64_t> oop_wrong;
-    if (opts.check) {
-      perf::poison(got, want);
-      result.write(got);
-      out_of_place();
-      result.read(got);
-      const auto c = perf::count_wrong(dtype, got, want);
-      perf::report_wrong(kToolName, comm, dtype, op, bytes, "out-of-place", c);
-      oop_wrong = c.wrong;
-    }
-
+    const perf::RowLabel row{kToolName, dtype, op, bytes};
+    const auto store = [&](std::span<const std::byte> host) { result.write(host); };
+    const auto load = [&](std::span<std::byte> host) { result.read(host); };
+    const perf::LocalResult oop = perf::measure(comm, opts, row,
+                                                {.name = "out-of-place",
+                                                 .call = [&] { call(input.data(), result.data()); },
+                                                 .result = got,
+                                                 .expected = want,
+                                                 .store_result = store,
+                                                 .load_result = load});
     // In place: time on data that reduces to itself, then check once.
-    auto in_place = [&] { call(result.data(), result.data()); };
-    pattern.fill_repeatable(comm.rank(), got);
-    result.write(got);
-    for (int i = 0; i < opts.warmup_iters; ++i) in_place();
-    comm.barrier();
-    const double ip_us = perf::time_per_iteration_us(opts.iters, in_place);
-    std::optional<std::uint64_t> ip_wrong;
-    if (opts.check) {
-      result.write(std::span<const std::byte>(host_input.data(), bytes));
-      in_place();
-      result.read(got);
-      const auto c = perf::count_wrong(dtype, got, want);
-      perf::report_wrong(kToolName, comm, dtype, op, bytes, "in-place", c);
-      ip_wrong = c.wrong;
-    }
-    perf::finish_row(comm, totals, bytes, count, dtype, perf::op_label(op), -1, busbw_factor, {oop_us, oop_wrong},
-                     {ip_us, ip_wrong});
+    const perf::LocalResult ip = perf::measure(
+        comm, opts, row,
+        {.name = "in-place",
+         .call = [&] { call(result.data(), result.data()); },
+         .prepare_timing =
+             [&] {
+               pattern.fill_repeatable(comm.rank(), got);
+               result.write(got);
+             },
+         .result = got,
+         .expected = want,
+         .restore_inputs = [&] { result.write(std::span<const std::byte>(host_input.data(), bytes)); },
+         .store_result = store,
+         .load_result = load});
+    perf::finish_row(comm, totals, bytes, count, dtype, perf::op_label(op), -1, busbw_factor, oop, ip);
   }
 }
 

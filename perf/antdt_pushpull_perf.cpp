@@ -174,40 +174,33 @@ void run_sweep(Communicator& comm, const perf::ResolvedOptions& opts, DataType d
       synchronize();
     };
 
-    auto out_of_place = [&] { round(input.data(), result.data()); };
-    for (int i = 0; i < opts.warmup_iters; ++i) out_of_place();
-    comm.barrier();
-    const double oop_us = perf::time_per_iteration_us(opts.iters, out_of_place);
-    std::optional<std::uint64_t> oop_wrong;
-    if (opts.check) {
-      perf::poison(got, want);
-      result.write(got);
-      out_of_place();
-      result.read(got);
-      const auto check = perf::count_wrong(dtype, got, want);
-      perf::report_wrong(kToolName, comm, dtype, op, bytes, "out-of-place", check);
-      oop_wrong = check.wrong;
-    }
-
+    const perf::RowLabel row{kToolName, dtype, op, bytes};
+    const perf::LocalResult oop =
+        perf::measure(comm, opts, row,
+                      {.name = "out-of-place",
+                       .call = [&] { round(input.data(), result.data()); },
+                       .result = got,
+                       .expected = want,
+                       .store_result = [&](std::span<const std::byte> host) { result.write(host); },
+                       .load_result = [&](std::span<std::byte> host) { result.read(host); }});
     // In place: repeated rounds of the check data would grow without bound
     // (sum), so time on data whose aggregate is itself, then check once.
-    auto in_place = [&] { round(work.data(), work.data()); };
-    pattern.fill_repeatable(comm.rank(), got);
-    work.write(got);
-    for (int i = 0; i < opts.warmup_iters; ++i) in_place();
-    comm.barrier();
-    const double ip_us = perf::time_per_iteration_us(opts.iters, in_place);
-    std::optional<std::uint64_t> ip_wrong;
-    if (opts.check) {
-      work.write(std::span<const std::byte>(host_input.data(), bytes));
-      in_place();
-      work.read(got);
-      const auto check = perf::count_wrong(dtype, got, want);
-      perf::report_wrong(kToolName, comm, dtype, op, bytes, "in-place", check);
-      ip_wrong = check.wrong;
-    }
+    const perf::LocalResult ip = perf::measure(
+        comm, opts, row,
+        {.name = "in-place",
+         .call = [&] { round(work.data(), work.data()); },
+         .prepare_timing =
+             [&] {
+               pattern.fill_repeatable(comm.rank(), got);
+               work.write(got);
+             },
+         .result = got,
+         .expected = want,
+         .restore_inputs = [&] { work.write(std::span<const std::byte>(host_input.data(), bytes)); },
+         .store_result = [&](std::span<const std::byte> host) { work.write(host); },
+         .load_result = [&](std::span<std::byte> host) { work.read(host); }});
     perf::finish_row(comm, totals, bytes, count, dtype, perf::op_label(op), -1,
-                     perf::allreduce_busbw_factor(comm.size()), {oop_us, oop_wrong}, {ip_us, ip_wrong});
+                     perf::allreduce_busbw_factor(comm.size()), oop, ip);
   }
 }
 

@@ -668,8 +668,10 @@ LocalResult measure(Communicator& comm, const ResolvedOptions& opts, const RowLa
   local.faults_per_call = static_cast<double>(minor_faults() - faults_before) / std::max(1, opts.iters);
   if (opts.check) {
     poison(placement.result, placement.expected);
+    if (placement.store_result) placement.store_result(placement.result);
     if (placement.restore_inputs) placement.restore_inputs();
     placement.call();
+    if (placement.load_result) placement.load_result(placement.result);
     const auto check = count_wrong(row.dtype, placement.result, placement.expected);
     report_wrong(row.tool, comm, row.dtype, row.op, row.bytes, placement.name, check);
     local.wrong = check.wrong;

@@ -274,6 +274,11 @@ struct Placement {
   std::span<std::byte> result;
   std::span<const std::byte> expected;
   std::function<void()> restore_inputs;
+  // Results in device memory: `result` is then a host copy; store_result puts
+  // the poisoned copy into the device buffer before the check's call, and
+  // load_result reads the device buffer back into it before counting.
+  std::function<void(std::span<const std::byte>)> store_result;
+  std::function<void(std::span<std::byte>)> load_result;
 };
 
 // Measures one placement for one table row, the same way in every tool:

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <sstream>
 #include <string>
@@ -195,6 +196,51 @@ TEST(PerfMeasure, PreparesOnceBeforeWarmupAndRestoresInputsAfterPoisoningBeforeT
   EXPECT_EQ(events, expected_events);
   ASSERT_TRUE(result.wrong.has_value());
   EXPECT_EQ(*result.wrong, 0u);
+}
+
+// Results in device memory: the check's poisoned host copy goes into the
+// "device" buffer before the call and comes back before counting. Here the
+// device buffer is a separate vector: a result counted from the host copy
+// without load_result, or a call that left the device buffer alone (poison
+// stored, never overwritten), would show as wrong elements.
+TEST(PerfMeasure, DeviceResultsAreStoredPoisonedAndLoadedBackBeforeCounting) {
+  const int nranks = 2;
+  const auto want = sum_of_inputs(nranks);
+  for (bool call_writes : {true, false}) {
+    std::vector<LocalResult> results(nranks);
+    testing::internal::CaptureStderr();
+    expect_all_ok(run_ranks(nranks, TransportKind::inproc, [&](Communicator& comm) {
+      const auto r = static_cast<std::size_t>(comm.rank());
+      const auto in = input_of(comm.rank());
+      std::vector<std::int32_t> device(kCount, 0), host_copy(kCount, 0);
+      std::vector<std::int32_t> computed(kCount);
+      results[r] = measure(comm, options(true), {"test", DataType::i32, ReduceOp::sum, kCount * 4},
+                           {.name = "out-of-place",
+                            .call =
+                                [&] {
+                                  comm.allreduce(in.data(), computed.data(), kCount, DataType::i32, ReduceOp::sum);
+                                  if (call_writes) device = computed;
+                                },
+                            .result = bytes_of(host_copy),
+                            .expected = bytes_of(want),
+                            .store_result =
+                                [&](std::span<const std::byte> host) {
+                                  std::memcpy(device.data(), host.data(), host.size());
+                                },
+                            .load_result =
+                                [&](std::span<std::byte> host) {
+                                  std::memcpy(host.data(), device.data(), host.size());
+                                }});
+    }));
+    testing::internal::GetCapturedStderr();
+    for (int r = 0; r < nranks; ++r) {
+      ASSERT_TRUE(results[r].wrong.has_value()) << "rank " << r;
+      if (call_writes)
+        EXPECT_EQ(*results[r].wrong, 0u) << "rank " << r;
+      else
+        EXPECT_EQ(*results[r].wrong, kCount) << "rank " << r << ": the poison stored in the device buffer stayed";
+    }
+  }
 }
 
 TEST(PerfMeasure, WithoutCheckingNothingIsPoisonedOrCountedAndNoCheckedCallRuns) {
