@@ -34,6 +34,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 namespace antdt::coll::ps {
 namespace {
@@ -47,17 +48,15 @@ struct Round {
   std::uint64_t posted = 0, taken = 0;
 };
 
-Round next_round(ShmChannel& channel) {
-  const std::uint64_t r = channel.next_round();
-  return {static_cast<int>(r % 3), 2 * r - 1, 2 * r};
-}
+Round round_of(std::uint64_t r) { return {static_cast<int>(r % 3), 2 * r - 1, 2 * r}; }
+
+Round next_round(ShmChannel& channel) { return round_of(channel.next_round()); }
 
 // The round `back` rounds before `r` (the slot's previous use), or none.
 std::optional<Round> earlier(const Round& r, std::uint64_t back) {
   const std::uint64_t round = r.taken / 2;
   if (round <= back) return std::nullopt;
-  const std::uint64_t e = round - back;
-  return Round{static_cast<int>(e % 3), 2 * e - 1, 2 * e};
+  return round_of(round - back);
 }
 
 void check_same_call(Call& call, const ShmChannel::Peek& p, int peer) {
