@@ -28,6 +28,8 @@ thread_local LastPath last_path = LastPath::none;
 thread_local LastPath last_bcast_path = LastPath::none;
 thread_local LastPath last_rs_path = LastPath::none;
 thread_local LastPath last_ag_path = LastPath::none;
+thread_local LastPath last_red_path = LastPath::none;
+thread_local LastPath last_a2a_path = LastPath::none;
 
 // The signature `layout` field of the IPC path's own messages: a rank that
 // runs a host or staged AllReduce while its peers run the IPC protocol (say,
@@ -41,6 +43,10 @@ constexpr std::uint64_t kIpcReduceScatterExchangeLayout = 0x4950430000000021ULL;
 constexpr std::uint64_t kIpcReduceScatterDoneLayout = 0x4950430000000023ULL;
 constexpr std::uint64_t kIpcAllgatherExchangeLayout = 0x4950430000000031ULL;
 constexpr std::uint64_t kIpcAllgatherDoneLayout = 0x4950430000000033ULL;
+constexpr std::uint64_t kIpcReduceExchangeLayout = 0x4950430000000041ULL;
+constexpr std::uint64_t kIpcReduceDoneLayout = 0x4950430000000043ULL;
+constexpr std::uint64_t kIpcAlltoallExchangeLayout = 0x4950430000000051ULL;
+constexpr std::uint64_t kIpcAlltoallDoneLayout = 0x4950430000000053ULL;
 
 const std::byte* as_bytes(const void* p) { return static_cast<const std::byte*>(p); }
 std::byte* as_bytes(void* p) { return static_cast<std::byte*>(p); }
@@ -344,6 +350,80 @@ bool ipc_allgatherv(detail::CommImpl& comm, cuda::DeviceWork& work, const void* 
   return true;
 }
 
+// Runs the Reduce through CUDA IPC when every rank can (true), or returns
+// false, on every rank alike, when it should be staged instead: the root
+// reduces every rank's mapped send buffer into its recv (its own first, then
+// the others in rank order); a barrier keeps the send buffers until it has.
+bool ipc_reduce(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv, std::size_t count,
+                DataType dtype, ReduceOp op, int root) {
+  const Config& cfg = comm.config();
+  if (!exchanges_records(cfg.gpu_path, comm.size())) return false;
+  const int n = comm.size(), me = comm.rank();
+  const std::size_t bytes = count * dtype_size(dtype);
+  wait_device(work, comm, "reduce (ipc)", "the caller's stream work before the IPC exchange");
+  PeerRecord mine = export_record(work, send, send, bytes);
+  if (me == root && !on_device(recv)) {  // the kernels write the root's recv
+    mine.exportable = false;
+    mine.reason = "a buffer is host memory";
+  }
+  const std::vector<PeerRecord> records = exchange_records(
+      comm, mine, Signature{Kind::reduce, count, dtype, op, root, Algo::none, kIpcReduceExchangeLayout});
+  if (resolve_path(cfg.gpu_path, records) == Path::staged) return false;
+  failing_together(comm, "reduce (ipc)", [&] {
+    cuda::NvtxRange range("antdt ipc reduce");
+    if (me == root && count > 0) {
+      bool first = true;
+      for (int q = 0; q < n; ++q) {
+        if (q == me) continue;
+        work.reduce_into(dtype, op, recv, first ? send : recv, work.ipc_map(records[static_cast<std::size_t>(q)].send),
+                         count);
+        first = false;
+      }
+      if (op == ReduceOp::avg) work.finish_avg(dtype, recv, count, static_cast<std::size_t>(n));
+    }
+    wait_device(work, comm, "reduce (ipc)", "the root's reduction");
+    Call call(comm, Signature{Kind::reduce, count, dtype, op, root, Algo::dissemination, kIpcReduceDoneLayout});
+    barrier_dissemination(call);
+  });
+  return true;
+}
+
+// Runs the AlltoAll through CUDA IPC when every rank can (true), or returns
+// false, on every rank alike, when it should be staged instead: each rank
+// copies block r of every peer's mapped send buffer into block q of its recv;
+// a barrier keeps the send buffers until every peer has read them. In place
+// is staged: a rank would overwrite blocks its peers still read.
+bool ipc_alltoall(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv, std::size_t count,
+                  DataType dtype) {
+  const Config& cfg = comm.config();
+  if (!exchanges_records(cfg.gpu_path, comm.size())) return false;
+  const int n = comm.size(), me = comm.rank();
+  const std::size_t block = count * dtype_size(dtype);
+  wait_device(work, comm, "alltoall (ipc)", "the caller's stream work before the IPC exchange");
+  PeerRecord mine = export_record(work, send, recv, block * static_cast<std::size_t>(n));
+  if (send == recv) {
+    mine.exportable = false;
+    mine.reason = "in place";
+  }
+  const std::vector<PeerRecord> records = exchange_records(
+      comm, mine, Signature{Kind::alltoall, count, dtype, ReduceOp::sum, -1, Algo::none, kIpcAlltoallExchangeLayout});
+  if (resolve_path(cfg.gpu_path, records) == Path::staged) return false;
+  failing_together(comm, "alltoall (ipc)", [&] {
+    cuda::NvtxRange range("antdt ipc alltoall");
+    const std::size_t at = static_cast<std::size_t>(me) * block;
+    for (int q = 0; q < n && block > 0; ++q) {
+      const auto i = static_cast<std::size_t>(q);
+      const std::byte* src = q == me ? as_bytes(send) + at : work.ipc_map(records[i].send) + at;
+      work.copy(as_bytes(recv) + i * block, src, block);
+    }
+    wait_device(work, comm, "alltoall (ipc)", "copying the peers' blocks");
+    Call call(comm, Signature{Kind::alltoall, count, dtype, ReduceOp::sum, -1, Algo::dissemination,
+                              kIpcAlltoallDoneLayout});
+    barrier_dissemination(call);
+  });
+  return true;
+}
+
 // Runs the AllReduce through CUDA IPC when every rank can (true), or returns
 // false, on every rank alike, when the call should be staged instead.
 bool ipc_allreduce(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv, std::size_t count,
@@ -466,6 +546,8 @@ LastPath last_allreduce_path() noexcept { return last_path; }
 LastPath last_broadcast_path() noexcept { return last_bcast_path; }
 LastPath last_reduce_scatter_path() noexcept { return last_rs_path; }
 LastPath last_allgather_path() noexcept { return last_ag_path; }
+LastPath last_reduce_path() noexcept { return last_red_path; }
+LastPath last_alltoall_path() noexcept { return last_a2a_path; }
 
 // ---------------------------------------------------------------------------
 // Device paths
@@ -519,7 +601,10 @@ void reduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t co
   const auto host = [&comm, dtype, op, root](std::byte* data, std::size_t elements) {
     host_reduce(comm, data, data, elements, dtype, op, root);
   };
-  if (is_root && on_device(recv)) {
+  last_red_path = LastPath::staged;
+  if (comm.size() > 1 && ipc_reduce(comm, *work, send, recv, count, dtype, op, root)) {
+    last_red_path = LastPath::ipc;
+  } else if (is_root && on_device(recv)) {
     if (send != recv) work->copy(recv, send, bytes);
     run_segmented(*work, comm, "reduce (staged)", recv, bytes, dtype, true, true, host);
   } else if (!is_root && on_device(send)) {
@@ -577,8 +662,13 @@ void alltoall(detail::CommImpl& comm, const void* send, void* recv, std::size_t 
   cuda::NvtxRange range("antdt alltoall (device)");
   const std::size_t total = count * dtype_size(dtype) * static_cast<std::size_t>(comm.size());
   std::unique_ptr<cuda::DeviceWork> work = backend().begin(device_buffer(send, recv), stream);
-  run_whole_staged(*work, comm, "alltoall (staged)", send, total, recv, total, false,
-                   [&](std::byte* s, std::byte* r) { host_alltoall(comm, s, r, count, dtype); });
+  last_a2a_path = LastPath::staged;
+  if (comm.size() > 1 && ipc_alltoall(comm, *work, send, recv, count, dtype)) {
+    last_a2a_path = LastPath::ipc;
+  } else {
+    run_whole_staged(*work, comm, "alltoall (staged)", send, total, recv, total, false,
+                     [&](std::byte* s, std::byte* r) { host_alltoall(comm, s, r, count, dtype); });
+  }
   finish(*work, comm, recv, "alltoall");
 }
 

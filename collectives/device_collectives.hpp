@@ -149,12 +149,13 @@ class StagedCall {
   const char* what_;
 };
 
-// Which path the last device AllReduce (Broadcast, ReduceScatter, AllGather)
-// on this thread took (tests).
+// Which path the last device collective of each kind on this thread took (tests).
 enum class LastPath { none, staged, ipc };
 LastPath last_allreduce_path() noexcept;
 LastPath last_broadcast_path() noexcept;
 LastPath last_reduce_scatter_path() noexcept;
 LastPath last_allgather_path() noexcept;
+LastPath last_reduce_path() noexcept;
+LastPath last_alltoall_path() noexcept;
 
 }  // namespace antdt::coll::device

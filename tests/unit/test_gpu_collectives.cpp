@@ -158,7 +158,7 @@ TEST_F(GpuCollectives, IpcBroadcastEveryRootTwoToFourRanks) {
 }
 
 // Broadcast, Reduce, ReduceScatter and AllGather of 3 ranks on GPU 0 through
-// `path` (Reduce is always staged) against the reference.
+// `path` against the reference.
 void check_broadcast_reduce_reduce_scatter_allgather(GpuPath path) {
   const int n = 3;
   const DataType t = DataType::f32;
@@ -199,6 +199,8 @@ void check_broadcast_reduce_reduce_scatter_allgather(GpuPath path) {
         if (me == 2)
           expect_values("reduce", to_host(rr.data(), count * 4),
                         [&](std::size_t i) { return expected(t, ReduceOp::max, n, i); });
+        if (coll::device::last_reduce_path() != (path == GpuPath::ipc ? LastPath::ipc : LastPath::staged))
+          throw std::runtime_error("reduce: wrong path");
         // ReduceScatter (sum).
         cuda::DeviceBuffer ss(count * 4 * static_cast<std::size_t>(n)), sr(count * 4);
         for (std::size_t i = 0; i < count * static_cast<std::size_t>(n); ++i)
@@ -232,7 +234,7 @@ TEST_F(GpuCollectives, BroadcastReduceReduceScatterAllgatherStaged) {
   check_broadcast_reduce_reduce_scatter_allgather(GpuPath::staged);
 }
 
-TEST_F(GpuCollectives, BroadcastReduceScatterAllgatherThroughIpc) {
+TEST_F(GpuCollectives, BroadcastReduceReduceScatterAllgatherThroughIpc) {
   check_broadcast_reduce_reduce_scatter_allgather(GpuPath::ipc);
 }
 

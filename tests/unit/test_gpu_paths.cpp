@@ -715,6 +715,102 @@ TEST(DevicePaths, IpcAllgatherEveryDtypeOnTwoToFourRanks) {
   check_allgather_paths(3, GpuPath::staged, LastPath::staged);
 }
 
+// Reduce through IPC (or staged) to every root: every dtype x op, in place at
+// the root and out of place; every rank rewrites its send buffer as soon as
+// its call returns (the root must have read it by then), and the root's recv
+// must not be written past its end.
+void check_reduce_paths(int n, GpuPath setting, LastPath want) {
+  FakeDevice dev(40);
+  coll::device::ScopedBackend use(dev);
+  auto outcomes = run_ranks(
+      n, TransportKind::inproc,
+      [&](Communicator& comm) {
+        const int me = comm.rank();
+        for (DataType t : kAllTypes) {
+          const std::size_t es = dtype_size(t);
+          for (ReduceOp op : kAllOps) {
+            for (int root = 0; root < n; ++root) {
+              for (bool in_place : {false, true}) {
+                const std::size_t count = 45;
+                std::byte* send = dev.allocate(count * es);
+                std::byte* recv = in_place ? send : dev.allocate(count * es);
+                for (std::size_t i = 0; i < count; ++i) store(t, send, i, input(t, op, me, i));
+                if (!in_place) std::memset(recv, 0x5a, count * es + 1);
+                comm.reduce(send, recv, count, t, op, root);
+                dev.drain_this_thread();
+                const std::string what = cat("reduce ", dtype_name(t), " ", op_name(op), " root ", root,
+                                             in_place ? " in place" : " out of place", " on rank ", me);
+                if (coll::device::last_reduce_path() != want) throw std::runtime_error(what + ": wrong path");
+                if (me == root) {
+                  for (std::size_t i = 0; i < count; ++i) {
+                    const double got = load(t, recv, i), wanted = expected(t, op, n, i);
+                    if (!close_enough(t, op, got, wanted))
+                      throw std::runtime_error(cat(what, ": element ", i, " is ", got, ", expected ", wanted));
+                  }
+                  if (!in_place && recv[count * es] != std::byte{0x5a}) throw std::runtime_error(what + ": wrote past recv");
+                }
+                std::memset(send, 0x77, count * es);  // reused at once
+              }
+            }
+          }
+        }
+      },
+      config_with(setting));
+  expect_all_ok(outcomes);
+  EXPECT_EQ(dev.begins.load(), dev.completes.load());
+}
+
+TEST(DevicePaths, IpcReduceEveryDtypeOpAndRootOnTwoToFourRanks) {
+  for (int n = 2; n <= 4; ++n) check_reduce_paths(n, GpuPath::ipc, LastPath::ipc);
+  check_reduce_paths(3, GpuPath::staged, LastPath::staged);
+}
+
+// AlltoAll through IPC out of place, staged in place (a rank would overwrite
+// blocks its peers still read); every rank rewrites its send buffer at once.
+void check_alltoall_paths(int n, GpuPath setting) {
+  FakeDevice dev(40);
+  coll::device::ScopedBackend use(dev);
+  auto outcomes = run_ranks(
+      n, TransportKind::inproc,
+      [&](Communicator& comm) {
+        const auto me = static_cast<std::size_t>(comm.rank());
+        const auto un = static_cast<std::size_t>(n);
+        // Block j of rank r's send: values (r * 10 + j) * 100 + i, for rank j.
+        const auto value = [](std::size_t from, std::size_t to, std::size_t i) {
+          return static_cast<double>(((from * 10 + to) * 100 + i) % 120);
+        };
+        for (DataType t : kAllTypes) {
+          const std::size_t es = dtype_size(t);
+          for (bool in_place : {false, true}) {
+            const std::size_t count = 7;
+            std::byte* send = dev.allocate(un * count * es);
+            std::byte* recv = in_place ? send : dev.allocate(un * count * es);
+            for (std::size_t j = 0; j < un; ++j)
+              for (std::size_t i = 0; i < count; ++i) store(t, send + j * count * es, i, value(me, j, i));
+            comm.alltoall(send, recv, count, t);
+            dev.drain_this_thread();
+            const std::string what = cat("alltoall ", dtype_name(t), in_place ? " in place" : " out of place",
+                                         " on rank ", me);
+            const LastPath want = setting == GpuPath::staged || in_place ? LastPath::staged : LastPath::ipc;
+            if (coll::device::last_alltoall_path() != want) throw std::runtime_error(what + ": wrong path");
+            for (std::size_t q = 0; q < un; ++q)
+              for (std::size_t i = 0; i < count; ++i)
+                if (load(t, recv + q * count * es, i) != value(q, me, i))
+                  throw std::runtime_error(cat(what, ": block from rank ", q, " element ", i, " is wrong"));
+            if (!in_place) std::memset(send, 0x77, un * count * es);  // reused at once
+          }
+        }
+      },
+      config_with(setting));
+  expect_all_ok(outcomes);
+  EXPECT_EQ(dev.begins.load(), dev.completes.load());
+}
+
+TEST(DevicePaths, IpcAlltoallOnTwoToFourRanksAndStagedInPlace) {
+  for (int n = 2; n <= 4; ++n) check_alltoall_paths(n, GpuPath::automatic);
+  check_alltoall_paths(3, GpuPath::staged);
+}
+
 TEST(DevicePaths, IpcAllgathervWithDifferentCountsFailsWithMismatch) {
   FakeDevice dev(40);
   coll::device::ScopedBackend use(dev);
