@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstring>
 #include <optional>
+#include <functional>
 #include <type_traits>
 #include <vector>
 
@@ -224,99 +225,113 @@ std::vector<PeerRecord> exchange_records(detail::CommImpl& comm, const PeerRecor
   return records;
 }
 
-// Runs the Broadcast through CUDA IPC when every rank can (true), or returns
-// false, on every rank alike, when it should be staged instead: each
-// non-root copies the root's source buffer straight into its recv buffer,
-// then a barrier keeps the root's buffer unchanged until every peer has read it.
+// The frame of every one-pass IPC collective (Broadcast, Reduce,
+// ReduceScatter, AllGather(V), AlltoAll): when ANTDT_GPU_PATH allows IPC,
+// wait until the caller's stream work is done (peers read this rank's buffers
+// as soon as they have its record), exchange the records, and agree on the
+// path (false, on every rank alike: stage the call instead). Then `body`
+// enqueues the copies or reductions from the peers' mapped buffers, the host
+// waits for them, and a barrier keeps every rank's buffers unchanged until
+// all peers have read them. `base` is the call's signature; the exchange and
+// the barrier carry it with the protocol's own layouts, so a rank on another
+// path fails with MismatchError.
+bool run_ipc(detail::CommImpl& comm, cuda::DeviceWork& work, const char* what, const Signature& base,
+             std::uint64_t exchange_layout, std::uint64_t done_layout, const std::function<PeerRecord()>& record,
+             const std::function<void(const std::vector<PeerRecord>&)>& body) {
+  const Config& cfg = comm.config();
+  if (!exchanges_records(cfg.gpu_path, comm.size())) return false;
+  wait_device(work, comm, what, "the caller's stream work before the IPC exchange");
+  Signature exchange = base, done = base;
+  exchange.algo = Algo::none;
+  exchange.layout = exchange_layout;
+  done.algo = Algo::dissemination;
+  done.layout = done_layout;
+  const std::vector<PeerRecord> records = exchange_records(comm, record(), exchange);
+  if (resolve_path(cfg.gpu_path, records) == Path::staged) return false;
+  failing_together(comm, what, [&] {
+    body(records);
+    wait_device(work, comm, what, "the copies and reductions from the peers' buffers");
+    Call call(comm, done);
+    barrier_dissemination(call);
+  });
+  return true;
+}
+
+// out = own (op) peer(q) for every other rank q in rank order, `count`
+// elements, then the avg division: the order every IPC reduction uses.
+void reduce_own_then_peers(cuda::DeviceWork& work, const detail::CommImpl& comm, DataType dtype, ReduceOp op,
+                           void* out, const std::byte* own, const std::function<const std::byte*(int)>& peer,
+                           std::size_t count) {
+  if (count == 0) return;
+  const int n = comm.size();
+  bool first = true;
+  for (int q = 0; q < n; ++q) {
+    if (q == comm.rank()) continue;
+    work.reduce_into(dtype, op, out, first ? own : as_bytes(out), peer(q), count);
+    first = false;
+  }
+  if (op == ReduceOp::avg) work.finish_avg(dtype, out, count, static_cast<std::size_t>(n));
+}
+
+// A record that refuses IPC for this rank (every rank then stages, or fails
+// with ANTDT_GPU_PATH=ipc, naming `reason`).
+PeerRecord refusing(PeerRecord record, const char* reason) {
+  record.exportable = false;
+  record.reason = reason;
+  return record;
+}
+
+// Broadcast: the root exports its source (send) and recv, the others their
+// recv (as both); every non-root copies the root's source straight into its recv.
 bool ipc_broadcast(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv, std::size_t count,
                    DataType dtype, int root) {
-  const Config& cfg = comm.config();
-  if (!exchanges_records(cfg.gpu_path, comm.size())) return false;
   const bool is_root = comm.rank() == root;
   const std::size_t bytes = count * dtype_size(dtype);
-  // The root's source must be final before peers may read it.
-  wait_device(work, comm, "broadcast (ipc)", "the caller's stream work before the IPC exchange");
-  // A root exports its source (send) and recv; the others their recv (as both).
-  const std::vector<PeerRecord> records =
-      exchange_records(comm, export_record(work, is_root ? send : recv, recv, bytes),
-                       Signature{Kind::broadcast, count, dtype, ReduceOp::sum, root, Algo::none,
-                                 kIpcBroadcastExchangeLayout});
-  if (resolve_path(cfg.gpu_path, records) == Path::staged) return false;
-  failing_together(comm, "broadcast (ipc)", [&] {
-    cuda::NvtxRange range("antdt ipc broadcast copy");
-    if (!is_root)
-      work.copy(recv, work.ipc_map(records[static_cast<std::size_t>(root)].send), bytes);
-    else if (send != recv)
-      work.copy(recv, send, bytes);
-    wait_device(work, comm, "broadcast (ipc)", "copying from the root's buffer");
-    Call call(comm, Signature{Kind::broadcast, count, dtype, ReduceOp::sum, root, Algo::dissemination,
-                              kIpcBroadcastDoneLayout});
-    barrier_dissemination(call);
-  });
-  return true;
+  return run_ipc(
+      comm, work, "broadcast (ipc)", Signature{Kind::broadcast, count, dtype, ReduceOp::sum, root},
+      kIpcBroadcastExchangeLayout, kIpcBroadcastDoneLayout,
+      [&] { return export_record(work, is_root ? send : recv, recv, bytes); },
+      [&](const std::vector<PeerRecord>& records) {
+        cuda::NvtxRange range("antdt ipc broadcast copy");
+        if (!is_root)
+          work.copy(recv, work.ipc_map(records[static_cast<std::size_t>(root)].send), bytes);
+        else if (send != recv)
+          work.copy(recv, send, bytes);
+      });
 }
 
-// Runs the ReduceScatter through CUDA IPC when every rank can (true), or
-// returns false, on every rank alike, when it should be staged instead: rank
-// r reduces block r from every rank's mapped send buffer straight into its
-// recv, starting from its own block, then the others in rank order; a barrier
-// keeps every send buffer unchanged until all peers have read it. In place
-// (recv is block r of send) rank r writes only its own block r, which no
-// peer reads.
+// ReduceScatter: rank r reduces block r from every rank's mapped send buffer
+// straight into its recv. In place (recv is block r of send) rank r writes
+// only its own block r, which no peer reads.
 bool ipc_reduce_scatter(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv,
                         std::size_t recv_count, DataType dtype, ReduceOp op) {
-  const Config& cfg = comm.config();
-  if (!exchanges_records(cfg.gpu_path, comm.size())) return false;
-  const int n = comm.size(), me = comm.rank();
   const std::size_t block = recv_count * dtype_size(dtype);
-  wait_device(work, comm, "reduce_scatter (ipc)", "the caller's stream work before the IPC exchange");
-  // Peers read this rank's send buffer; the kernels write its recv, which must be device memory too.
-  PeerRecord mine = export_record(work, send, send, block * static_cast<std::size_t>(n));
-  if (!on_device(recv)) {
-    mine.exportable = false;
-    mine.reason = "a buffer is host memory";
-  }
-  const std::vector<PeerRecord> records =
-      exchange_records(comm, mine,
-                       Signature{Kind::reduce_scatter, recv_count, dtype, op, -1, Algo::none,
-                                 kIpcReduceScatterExchangeLayout});
-  if (resolve_path(cfg.gpu_path, records) == Path::staged) return false;
-  failing_together(comm, "reduce_scatter (ipc)", [&] {
-    cuda::NvtxRange range("antdt ipc reduce_scatter");
-    const std::size_t at = static_cast<std::size_t>(me) * block;
-    if (recv_count > 0) {
-      bool first = true;
-      for (int q = 0; q < n; ++q) {
-        if (q == me) continue;
-        const std::byte* theirs = work.ipc_map(records[static_cast<std::size_t>(q)].send) + at;
-        work.reduce_into(dtype, op, recv, first ? as_bytes(send) + at : recv, theirs, recv_count);
-        first = false;
-      }
-      if (op == ReduceOp::avg) work.finish_avg(dtype, recv, recv_count, static_cast<std::size_t>(n));
-    }
-    wait_device(work, comm, "reduce_scatter (ipc)", "the reduction of this rank's block");
-    Call call(comm, Signature{Kind::reduce_scatter, recv_count, dtype, op, -1, Algo::dissemination,
-                              kIpcReduceScatterDoneLayout});
-    barrier_dissemination(call);
-  });
-  return true;
+  const std::size_t at = static_cast<std::size_t>(comm.rank()) * block;
+  return run_ipc(
+      comm, work, "reduce_scatter (ipc)", Signature{Kind::reduce_scatter, recv_count, dtype, op},
+      kIpcReduceScatterExchangeLayout, kIpcReduceScatterDoneLayout,
+      [&] {
+        // Peers read this rank's send buffer; the kernels write its recv, which must be device memory too.
+        PeerRecord mine = export_record(work, send, send, block * static_cast<std::size_t>(comm.size()));
+        return on_device(recv) ? mine : refusing(std::move(mine), "a buffer is host memory");
+      },
+      [&](const std::vector<PeerRecord>& records) {
+        cuda::NvtxRange range("antdt ipc reduce_scatter");
+        reduce_own_then_peers(
+            work, comm, dtype, op, recv, as_bytes(send) + at,
+            [&](int q) { return work.ipc_map(records[static_cast<std::size_t>(q)].send) + at; }, recv_count);
+      });
 }
 
-// Runs the AllGather(V) through CUDA IPC when every rank can (true), or
-// returns false, on every rank alike, when it should be staged instead: each
-// rank copies every peer's block from the peer's mapped send buffer straight
-// into its place in recv (gaps between blocks keep their contents); a barrier
-// keeps every send buffer unchanged until all peers have read it. In place
-// (send is this rank's block of recv) the own block stays where it is, and
-// peers only read it.
+// AllGather(V): each rank copies every peer's block from the peer's mapped
+// send buffer straight into its place in recv (gaps between blocks keep their
+// contents). In place (send is this rank's block of recv) the own block stays
+// where it is, and peers only read it.
 bool ipc_allgatherv(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv,
                     std::span<const std::size_t> counts, std::span<const std::size_t> offsets, DataType dtype) {
-  const Config& cfg = comm.config();
-  if (!exchanges_records(cfg.gpu_path, comm.size())) return false;
-  const int n = comm.size(), me = comm.rank();
+  const int me = comm.rank();
   const std::size_t esize = dtype_size(dtype);
   const std::size_t mine = counts[static_cast<std::size_t>(me)] * esize;
-  wait_device(work, comm, "allgather (ipc)", "the caller's stream work before the IPC exchange");
   // The block layout is part of the signatures: ranks that disagree on it
   // fail with MismatchError at the exchange instead of reading past a peer's buffer.
   std::uint64_t layout_hash = 0x9e3779b97f4a7c15ULL;
@@ -325,103 +340,68 @@ bool ipc_allgatherv(detail::CommImpl& comm, cuda::DeviceWork& work, const void* 
     layout_hash = (layout_hash ^ offsets[b]) * 0xc4ceb9fe1a85ec53ULL;
   }
   layout_hash ^= layout_hash >> 33;
-  // A rank with nothing to give exports its recv buffer instead (a record needs a buffer).
-  const void* exported = mine > 0 ? send : recv;
-  const std::vector<PeerRecord> records =
-      exchange_records(comm, export_record(work, exported, recv, std::max<std::size_t>(mine, esize)),
-                       Signature{Kind::allgatherv, counts.size(), dtype, ReduceOp::sum, -1, Algo::none,
-                                 kIpcAllgatherExchangeLayout ^ layout_hash});
-  if (resolve_path(cfg.gpu_path, records) == Path::staged) return false;
-  failing_together(comm, "allgather (ipc)", [&] {
-    cuda::NvtxRange range("antdt ipc allgather");
-    for (int q = 0; q < n; ++q) {
-      const auto i = static_cast<std::size_t>(q);
-      const std::size_t bytes = counts[i] * esize;
-      if (bytes == 0) continue;
-      std::byte* dst = as_bytes(recv) + offsets[i] * esize;
-      const std::byte* src = q == me ? as_bytes(send) : work.ipc_map(records[i].send);
-      if (src != dst) work.copy(dst, src, bytes);
-    }
-    wait_device(work, comm, "allgather (ipc)", "copying the peers' blocks");
-    Call call(comm, Signature{Kind::allgatherv, counts.size(), dtype, ReduceOp::sum, -1, Algo::dissemination,
-                              kIpcAllgatherDoneLayout ^ layout_hash});
-    barrier_dissemination(call);
-  });
-  return true;
+  return run_ipc(
+      comm, work, "allgather (ipc)", Signature{Kind::allgatherv, counts.size(), dtype, ReduceOp::sum},
+      kIpcAllgatherExchangeLayout ^ layout_hash, kIpcAllgatherDoneLayout ^ layout_hash,
+      // A rank with nothing to give exports its recv buffer instead (a record needs a buffer).
+      [&] { return export_record(work, mine > 0 ? send : recv, recv, std::max<std::size_t>(mine, esize)); },
+      [&](const std::vector<PeerRecord>& records) {
+        cuda::NvtxRange range("antdt ipc allgather");
+        for (int q = 0; q < comm.size(); ++q) {
+          const auto i = static_cast<std::size_t>(q);
+          const std::size_t bytes = counts[i] * esize;
+          if (bytes == 0) continue;
+          std::byte* dst = as_bytes(recv) + offsets[i] * esize;
+          const std::byte* src = q == me ? as_bytes(send) : work.ipc_map(records[i].send);
+          if (src != dst) work.copy(dst, src, bytes);
+        }
+      });
 }
 
-// Runs the Reduce through CUDA IPC when every rank can (true), or returns
-// false, on every rank alike, when it should be staged instead: the root
-// reduces every rank's mapped send buffer into its recv (its own first, then
-// the others in rank order); a barrier keeps the send buffers until it has.
+// Reduce: the root reduces every rank's mapped send buffer into its recv.
 bool ipc_reduce(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv, std::size_t count,
                 DataType dtype, ReduceOp op, int root) {
-  const Config& cfg = comm.config();
-  if (!exchanges_records(cfg.gpu_path, comm.size())) return false;
-  const int n = comm.size(), me = comm.rank();
-  const std::size_t bytes = count * dtype_size(dtype);
-  wait_device(work, comm, "reduce (ipc)", "the caller's stream work before the IPC exchange");
-  PeerRecord mine = export_record(work, send, send, bytes);
-  if (me == root && !on_device(recv)) {  // the kernels write the root's recv
-    mine.exportable = false;
-    mine.reason = "a buffer is host memory";
-  }
-  const std::vector<PeerRecord> records = exchange_records(
-      comm, mine, Signature{Kind::reduce, count, dtype, op, root, Algo::none, kIpcReduceExchangeLayout});
-  if (resolve_path(cfg.gpu_path, records) == Path::staged) return false;
-  failing_together(comm, "reduce (ipc)", [&] {
-    cuda::NvtxRange range("antdt ipc reduce");
-    if (me == root && count > 0) {
-      bool first = true;
-      for (int q = 0; q < n; ++q) {
-        if (q == me) continue;
-        work.reduce_into(dtype, op, recv, first ? send : recv, work.ipc_map(records[static_cast<std::size_t>(q)].send),
-                         count);
-        first = false;
-      }
-      if (op == ReduceOp::avg) work.finish_avg(dtype, recv, count, static_cast<std::size_t>(n));
-    }
-    wait_device(work, comm, "reduce (ipc)", "the root's reduction");
-    Call call(comm, Signature{Kind::reduce, count, dtype, op, root, Algo::dissemination, kIpcReduceDoneLayout});
-    barrier_dissemination(call);
-  });
-  return true;
+  const bool is_root = comm.rank() == root;
+  return run_ipc(
+      comm, work, "reduce (ipc)", Signature{Kind::reduce, count, dtype, op, root}, kIpcReduceExchangeLayout,
+      kIpcReduceDoneLayout,
+      [&] {
+        PeerRecord mine = export_record(work, send, send, count * dtype_size(dtype));
+        // The kernels write the root's recv.
+        return !is_root || on_device(recv) ? mine : refusing(std::move(mine), "a buffer is host memory");
+      },
+      [&](const std::vector<PeerRecord>& records) {
+        cuda::NvtxRange range("antdt ipc reduce");
+        if (is_root)
+          reduce_own_then_peers(
+              work, comm, dtype, op, recv, as_bytes(send),
+              [&](int q) { return work.ipc_map(records[static_cast<std::size_t>(q)].send); }, count);
+      });
 }
 
-// Runs the AlltoAll through CUDA IPC when every rank can (true), or returns
-// false, on every rank alike, when it should be staged instead: each rank
-// copies block r of every peer's mapped send buffer into block q of its recv;
-// a barrier keeps the send buffers until every peer has read them. In place
-// is staged: a rank would overwrite blocks its peers still read.
+// AlltoAll: each rank copies block r of every peer's mapped send buffer into
+// block q of its recv. In place is staged: a rank would overwrite blocks its
+// peers still read.
 bool ipc_alltoall(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv, std::size_t count,
                   DataType dtype) {
-  const Config& cfg = comm.config();
-  if (!exchanges_records(cfg.gpu_path, comm.size())) return false;
   const int n = comm.size(), me = comm.rank();
   const std::size_t block = count * dtype_size(dtype);
-  wait_device(work, comm, "alltoall (ipc)", "the caller's stream work before the IPC exchange");
-  PeerRecord mine = export_record(work, send, recv, block * static_cast<std::size_t>(n));
-  if (send == recv) {
-    mine.exportable = false;
-    mine.reason = "in place";
-  }
-  const std::vector<PeerRecord> records = exchange_records(
-      comm, mine, Signature{Kind::alltoall, count, dtype, ReduceOp::sum, -1, Algo::none, kIpcAlltoallExchangeLayout});
-  if (resolve_path(cfg.gpu_path, records) == Path::staged) return false;
-  failing_together(comm, "alltoall (ipc)", [&] {
-    cuda::NvtxRange range("antdt ipc alltoall");
-    const std::size_t at = static_cast<std::size_t>(me) * block;
-    for (int q = 0; q < n && block > 0; ++q) {
-      const auto i = static_cast<std::size_t>(q);
-      const std::byte* src = q == me ? as_bytes(send) + at : work.ipc_map(records[i].send) + at;
-      work.copy(as_bytes(recv) + i * block, src, block);
-    }
-    wait_device(work, comm, "alltoall (ipc)", "copying the peers' blocks");
-    Call call(comm, Signature{Kind::alltoall, count, dtype, ReduceOp::sum, -1, Algo::dissemination,
-                              kIpcAlltoallDoneLayout});
-    barrier_dissemination(call);
-  });
-  return true;
+  const std::size_t at = static_cast<std::size_t>(me) * block;
+  return run_ipc(
+      comm, work, "alltoall (ipc)", Signature{Kind::alltoall, count, dtype, ReduceOp::sum}, kIpcAlltoallExchangeLayout,
+      kIpcAlltoallDoneLayout,
+      [&] {
+        PeerRecord mine = export_record(work, send, recv, block * static_cast<std::size_t>(n));
+        return send != recv ? mine : refusing(std::move(mine), "in place");
+      },
+      [&](const std::vector<PeerRecord>& records) {
+        cuda::NvtxRange range("antdt ipc alltoall");
+        for (int q = 0; q < n && block > 0; ++q) {
+          const auto i = static_cast<std::size_t>(q);
+          const std::byte* src = q == me ? as_bytes(send) + at : work.ipc_map(records[i].send) + at;
+          work.copy(as_bytes(recv) + i * block, src, block);
+        }
+      });
 }
 
 // Runs the AllReduce through CUDA IPC when every rank can (true), or returns
@@ -467,18 +447,10 @@ void ipc_reduce_and_gather(detail::CommImpl& comm, cuda::DeviceWork& work, const
   {
     cuda::NvtxRange range("antdt ipc reduce");
     const Slice own = ipc_slice(count, n, me);
-    if (own.count > 0) {
-      const std::size_t at = own.first * esize;
-      std::byte* out = as_bytes(recv) + at;
-      bool first = true;
-      for (int q = 0; q < n; ++q) {
-        if (q == me) continue;
-        work.reduce_into(dtype, op, out, first ? sends[static_cast<std::size_t>(me)] + at : out,
-                         sends[static_cast<std::size_t>(q)] + at, own.count);
-        first = false;
-      }
-      if (op == ReduceOp::avg) work.finish_avg(dtype, out, own.count, static_cast<std::size_t>(n));
-    }
+    const std::size_t at = own.first * esize;
+    reduce_own_then_peers(
+        work, comm, dtype, op, as_bytes(recv) + at, sends[static_cast<std::size_t>(me)] + at,
+        [&](int q) { return sends[static_cast<std::size_t>(q)] + at; }, own.count);
     wait_device(work, comm, "allreduce (ipc)", "the reduction of this rank's slice");
     Call call(comm, Signature{Kind::allreduce, count, dtype, op, -1, Algo::dissemination, kIpcReducedLayout});
     barrier_dissemination(call);
