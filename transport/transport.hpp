@@ -3,10 +3,14 @@
 // collectives/ knows UCX.
 //
 // Model: tagged, ordered, two-sided messages. Every message is a fixed 32-byte
-// MessageHeader plus a contiguous payload. Messages from one sender with the
-// same tag are matched in the order they were sent. Operations complete into a
+// MessageHeader plus a contiguous payload (device-payload messages, where the
+// transport supports them, are the payload alone; see post_send_device).
+// Messages from one sender with the same tag are matched in the order they
+// were sent. Operations complete into a
 // caller-owned Completion, so posting allocates nothing on the hot path.
 #pragma once
+
+#include "core/error.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -90,6 +94,29 @@ class Transport {
   // Receives a message from `peer` with `tag` into done.header + payload. A
   // message longer than the payload fails the completion (truncation).
   virtual void post_recv(int peer, std::uint64_t tag, std::span<std::byte> payload, Completion& done) = 0;
+
+  // Payloads in device memory (cudaMalloc), for the direct GPU path
+  // (docs/gpu.md#direct-path-device-memory-handed-to-the-transport). True when
+  // post_send_device / post_recv_device move device memory without the
+  // caller staging it through host memory: UCX built with CUDA support, or an
+  // in-process fabric given a device copy.
+  virtual bool device_payloads() const noexcept { return false; }
+  // A device-payload message is bare: the payload alone, no MessageHeader
+  // (UCX takes one memory type per operation, and the header is host memory).
+  // done.header is neither sent nor filled in; received_bytes says what
+  // arrived. Bare messages match only bare receives (same peer and tag, in
+  // send order). Since nothing on the wire identifies the call, a collective
+  // may post them only after headed messages of the same call sequence
+  // checked that every rank agrees on the call (collectives/call.hpp).
+  // Transports without device_payloads() throw UnsupportedError.
+  virtual void post_send_device(int peer, std::uint64_t tag, std::span<const std::byte> payload, Completion& done) {
+    (void)peer, (void)tag, (void)payload, (void)done;
+    raise<UnsupportedError>("the ", name(), " transport cannot move device memory (post_send_device)");
+  }
+  virtual void post_recv_device(int peer, std::uint64_t tag, std::span<std::byte> payload, Completion& done) {
+    (void)peer, (void)tag, (void)payload, (void)done;
+    raise<UnsupportedError>("the ", name(), " transport cannot move device memory (post_recv_device)");
+  }
 
   // Drives progress until every operation in `ops` has left `pending`, the
   // deadline passes, or a peer aborted. Blocks without spinning in wake-up mode.

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 
 namespace antdt::transport_test {
@@ -27,10 +28,12 @@ using transport::State;
 using Wrap = std::function<std::unique_ptr<Transport>(std::unique_ptr<Transport> inner, int rank)>;
 
 // Like run_group, with each rank's transport wrapped by `wrap`.
+// `device_copy`: as for run_group (device payloads accepted).
 Outcomes run_wrapped(Kind kind, int n, const Wrap& wrap, const std::function<void(Transport&)>& body,
-                     const Config& cfg = transport_config()) {
+                     const Config& cfg = transport_config(),
+                     const transport::InprocFabric::DeviceCopy& device_copy = {}) {
   if (kind == Kind::ucx) prepare_ucx_environment();
-  auto fabric = std::make_shared<transport::InprocFabric>(n);
+  auto fabric = std::make_shared<transport::InprocFabric>(n, device_copy);
   auto rendezvous = std::make_shared<InprocRendezvous>(n, std::chrono::milliseconds(kTestWait));
   ThreadBarrier all_done(n);
   Outcomes outcomes(static_cast<std::size_t>(n));
@@ -44,7 +47,8 @@ Outcomes run_wrapped(Kind kind, int n, const Wrap& wrap, const std::function<voi
           inner = transport::make_inproc_transport(fabric, r, cfg);
         } else {
           InprocBootstrap boot(rendezvous, r);
-          inner = transport::make_ucx_transport(boot, cfg);
+          inner = transport::make_ucx_transport(
+              boot, cfg, transport::UcxOptions{.device_payloads_in_host_memory = static_cast<bool>(device_copy)});
         }
         std::unique_ptr<Transport> t = wrap(std::move(inner), r);
         try {
@@ -202,6 +206,44 @@ TEST_P(FaultTransportTest, ADelayedSendArrivesNoEarlierThanItsDelay) {
     }
   });
   EXPECT_EQ(failures(outcomes), "");
+}
+
+// Device payloads (the direct GPU path) are delayed like any send, and reach
+// the inner transport still as device payloads (bare, through its device copy).
+TEST_P(FaultTransportTest, ADelayedDeviceSendIsHeldThenHandedOnAsADeviceSend) {
+  constexpr auto kDelay = std::chrono::milliseconds(60);
+  std::atomic<int> device_copies{0};
+  const auto copy = [&](void* dst, const void* src, std::size_t bytes) {
+    std::memcpy(dst, src, bytes);
+    ++device_copies;
+  };
+  auto outcomes = run_wrapped(
+      kind(), 2, plan_for(0, delay_of(kDelay)),
+      [&](Transport& t) {
+        ASSERT_TRUE(t.device_payloads());
+        std::uint64_t value = 0;
+        Completion op;
+        const Clock::time_point start = Clock::now();
+        if (t.rank() == 0) {
+          value = 0xd00dfeed;
+          t.post_send_device(1, 9, std::as_bytes(std::span(&value, 1)), op);
+          EXPECT_TRUE(op.pending());
+          ASSERT_EQ(wait_for(t, {&op}), WaitResult::done);
+          EXPECT_EQ(op.state.load(), State::done) << state_text(op);
+        } else {
+          t.post_recv_device(0, 9, std::as_writable_bytes(std::span(&value, 1)), op);
+          ASSERT_EQ(wait_for(t, {&op}), WaitResult::done);
+          ASSERT_EQ(op.state.load(), State::done) << state_text(op);
+          EXPECT_EQ(value, 0xd00dfeedu);
+          EXPECT_EQ(op.received_bytes, sizeof value);
+          EXPECT_GE(Clock::now() - start, kDelay / 2);
+        }
+      },
+      transport_config(), copy);
+  EXPECT_EQ(failures(outcomes), "");
+  if (kind() == Kind::inproc) {
+    EXPECT_EQ(device_copies.load(), 1);
+  }
 }
 
 // A bandwidth cap serialises a rank's sends: the last of several messages

@@ -294,6 +294,95 @@ TEST_P(TransportTest, LongerMessageThanBufferIsReportedAsTruncated) {
   EXPECT_EQ(failures(outcomes), "");
 }
 
+// Device payloads (the direct GPU path's messages), with host memory standing
+// in for device memory: bare messages carry no header, match only receives
+// posted for device payloads (a headed message on the same tag, sent before,
+// does not take a device receive posted before it), arrive intact at every
+// size (UCX: eager and rendezvous), and are truncated like any message.
+TEST_P(TransportTest, DevicePayloadsAreBareAndMatchOnlyDeviceReceives) {
+  std::atomic<int> device_copies{0};
+  const auto copy = [&](void* dst, const void* src, std::size_t bytes) {
+    std::memcpy(dst, src, bytes);
+    ++device_copies;
+  };
+  const std::array<std::size_t, 4> sizes{0, 1, 8 << 10, (1 << 20) + 3};
+  auto outcomes = run_group(
+      kind(), 2,
+      [&](Transport& t) {
+        ASSERT_TRUE(t.device_payloads());
+        for (std::size_t i = 0; i < sizes.size(); ++i) {
+          const std::size_t n = sizes[i];
+          const auto device_data = pattern(n, 300 + i);
+          const auto headed_data = pattern(64, 400 + i);
+          if (t.rank() == 0) {
+            Completion headed, bare, after;
+            headed.header = header_for(i, 64);
+            after.header = header_for(1000 + i, 64);
+            t.post_send(1, 9, bytes_of(headed_data), headed);
+            t.post_send_device(1, 9, bytes_of(device_data), bare);
+            t.post_send(1, 9, bytes_of(headed_data), after);
+            require_done(wait_for(t, {&headed, &bare, &after}), bare, "device send");
+            continue;
+          }
+          std::vector<std::byte> device_in(n + 8, std::byte{0x5a}), headed_in(64), after_in(64);
+          Completion bare, headed, after;
+          bare.header = header_for(7777, 7777);  // must stay as it is: nothing fills it in
+          t.post_recv_device(0, 9, bytes_of(device_in), bare);
+          t.post_recv(0, 9, bytes_of(headed_in), headed);
+          t.post_recv(0, 9, bytes_of(after_in), after);
+          require_done(wait_for(t, {&bare, &headed, &after}), bare, "device receive");
+          require_done(WaitResult::done, headed, "headed receive");
+          require_done(WaitResult::done, after, "headed receive after the device message");
+          EXPECT_EQ(bare.received_bytes, n);
+          EXPECT_TRUE(std::equal(device_data.begin(), device_data.end(), device_in.begin())) << "size " << n;
+          EXPECT_EQ(device_in[n], std::byte{0x5a}) << "bytes past the device message were written, size " << n;
+          EXPECT_TRUE(same_header(bare.header, header_for(7777, 7777))) << "a bare message filled the header in";
+          EXPECT_TRUE(same_header(headed.header, header_for(i, 64)));
+          EXPECT_TRUE(same_header(after.header, header_for(1000 + i, 64)));
+          EXPECT_TRUE(std::equal(headed_data.begin(), headed_data.end(), headed_in.begin()));
+        }
+        // A device message longer than the device receive is truncated.
+        const auto big = pattern(1000, 9);
+        std::vector<std::byte> small(100);
+        Completion op;
+        if (t.rank() == 0)
+          t.post_send_device(1, 11, bytes_of(big), op);
+        else
+          t.post_recv_device(0, 11, bytes_of(small), op);
+        ASSERT_EQ(wait_for(t, {&op}), WaitResult::done);
+        if (t.rank() == 1) {
+          EXPECT_EQ(op.state.load(), State::failed);
+          EXPECT_TRUE(op.truncated) << op.error;
+        }
+      },
+      transport_config(), Close::together, copy);
+  EXPECT_EQ(failures(outcomes), "");
+  // inproc: every non-empty device message went through the fabric's device copy, and nothing else did.
+  if (kind() == Kind::inproc) {
+    EXPECT_EQ(device_copies.load(), 3);
+  }
+}
+
+TEST_P(TransportTest, DevicePayloadsNeedATransportThatMovesDeviceMemory) {
+  auto outcomes = run_group(kind(), 2, [&](Transport& t) {
+    // inproc without a device copy never; UCX only when built with CUDA support (not on the CI machines).
+    if (kind() == Kind::inproc) {
+      EXPECT_FALSE(t.device_payloads());
+    }
+    if (t.device_payloads()) return;
+    std::byte b{};
+    Completion op;
+    try {
+      t.post_send_device(1 - t.rank(), 1, std::span<const std::byte>(&b, 1), op);
+      ADD_FAILURE() << "post_send_device on a transport without device payloads must throw";
+    } catch (const UnsupportedError& e) {
+      EXPECT_NE(std::string(e.what()).find("cannot move device memory"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(t.post_recv_device(1 - t.rank(), 1, std::span<std::byte>(&b, 1), op), UnsupportedError);
+  });
+  EXPECT_EQ(failures(outcomes), "");
+}
+
 TEST_P(TransportTest, BadPeerOrTagIsAnInvalidArgument) {
   auto outcomes = run_group(kind(), 2, [&](Transport& t) {
     std::byte b{};

@@ -92,10 +92,13 @@ enum class Close {
 
 // Runs body(transport) on `n` threads, rank r on thread r. Each thread makes
 // and destroys its own transport, as ranks as threads do in the library.
+// `device_copy`: when set, the transports accept device payloads (inproc
+// copies them with it; UCX takes them as host memory).
 inline Outcomes run_group(Kind kind, int n, const std::function<void(Transport&)>& body,
-                          const Config& cfg = transport_config(), Close close = Close::together) {
+                          const Config& cfg = transport_config(), Close close = Close::together,
+                          const transport::InprocFabric::DeviceCopy& device_copy = {}) {
   if (kind == Kind::ucx) prepare_ucx_environment();
-  auto fabric = std::make_shared<transport::InprocFabric>(n);
+  auto fabric = std::make_shared<transport::InprocFabric>(n, device_copy);
   auto rendezvous = std::make_shared<InprocRendezvous>(n, std::chrono::milliseconds(kTestWait));
   ThreadBarrier all_done(n);
   Outcomes outcomes(static_cast<std::size_t>(n));
@@ -110,7 +113,8 @@ inline Outcomes run_group(Kind kind, int n, const std::function<void(Transport&)
           t = transport::make_inproc_transport(fabric, r, cfg);
         } else {
           InprocBootstrap boot(rendezvous, r);
-          t = transport::make_ucx_transport(boot, cfg);
+          t = transport::make_ucx_transport(
+              boot, cfg, transport::UcxOptions{.device_payloads_in_host_memory = static_cast<bool>(device_copy)});
         }
         try {
           body(*t);

@@ -23,6 +23,7 @@ struct HeldSend {
   std::span<const std::byte> payload;
   Completion* done;
   Clock::time_point release;
+  bool device;  // post_send_device: a bare device-payload message
 };
 
 class FaultTransport final : public Transport {
@@ -46,22 +47,19 @@ class FaultTransport final : public Transport {
   std::string_view name() const noexcept override { return name_; }
 
   void post_send(int peer, std::uint64_t tag, std::span<const std::byte> payload, Completion& done) override {
-    // The inner transport would check these only at release; report them to the caller now.
-    check_peer(peer, size(), "post_send");
-    check_tag(tag, "post_send");
-    const Clock::time_point now = Clock::now();
-    std::lock_guard lock(mu_);
-    if (!plan_.injects_anything() && head_ == held_.size()) {
-      inner_->post_send(peer, tag, payload, done);
-      return;
-    }
-    done.reset();
-    held_.push_back(HeldSend{peer, tag, payload, &done, release_time(now, payload.size())});
-    release_due(now);
+    hold(peer, tag, payload, done, false);
   }
-
   void post_recv(int peer, std::uint64_t tag, std::span<std::byte> payload, Completion& done) override {
     inner_->post_recv(peer, tag, payload, done);
+  }
+  // Device payloads are delayed like any other send: the link is the link.
+  bool device_payloads() const noexcept override { return inner_->device_payloads(); }
+  void post_send_device(int peer, std::uint64_t tag, std::span<const std::byte> payload, Completion& done) override {
+    if (!inner_->device_payloads()) Transport::post_send_device(peer, tag, payload, done);
+    hold(peer, tag, payload, done, true);
+  }
+  void post_recv_device(int peer, std::uint64_t tag, std::span<std::byte> payload, Completion& done) override {
+    inner_->post_recv_device(peer, tag, payload, done);
   }
 
   WaitResult wait(std::span<Completion* const> ops, Deadline deadline) override {
@@ -107,6 +105,28 @@ class FaultTransport final : public Transport {
   std::optional<AbortInfo> abort_info() const override { return inner_->abort_info(); }
 
  private:
+  void hold(int peer, std::uint64_t tag, std::span<const std::byte> payload, Completion& done, bool device) {
+    // The inner transport would check these only at release; report them to the caller now.
+    check_peer(peer, size(), "post_send");
+    check_tag(tag, "post_send");
+    const Clock::time_point now = Clock::now();
+    std::lock_guard lock(mu_);
+    if (!plan_.injects_anything() && head_ == held_.size()) {
+      hand_on(HeldSend{peer, tag, payload, &done, now, device});
+      return;
+    }
+    done.reset();
+    held_.push_back(HeldSend{peer, tag, payload, &done, release_time(now, payload.size()), device});
+    release_due(now);
+  }
+
+  void hand_on(const HeldSend& send) {
+    if (send.device)
+      inner_->post_send_device(send.peer, send.tag, send.payload, *send.done);
+    else
+      inner_->post_send(send.peer, send.tag, send.payload, *send.done);
+  }
+
   // When a send posted at `now` may be handed on. Never earlier than the
   // previous send's release, which keeps the posting order.
   Clock::time_point release_time(Clock::time_point now, std::size_t payload_bytes) {
@@ -128,7 +148,7 @@ class FaultTransport final : public Transport {
     while (head_ < held_.size() && held_[head_].release <= now) {
       const HeldSend send = held_[head_++];
       try {
-        inner_->post_send(send.peer, send.tag, send.payload, *send.done);
+        hand_on(send);
       } catch (const std::exception& e) {
         // The caller's post returned long ago: the failure goes where it waits.
         send.done->error = cat("send to rank ", send.peer, " with tag ", send.tag, " failed: ", e.what());

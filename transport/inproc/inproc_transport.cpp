@@ -25,7 +25,8 @@ bool all_finished(std::span<Completion* const> ops) noexcept {
 
 }  // namespace
 
-InprocFabric::InprocFabric(int size) : size_(size), mailboxes_(static_cast<std::size_t>(std::max(size, 0))) {
+InprocFabric::InprocFabric(int size, DeviceCopy device_copy)
+    : size_(size), device_copy_(std::move(device_copy)), mailboxes_(static_cast<std::size_t>(std::max(size, 0))) {
   ANTDT_CHECK_ARG(size >= 1, "InprocFabric: group size ", size, " must be at least 1");
   for (Mailbox& box : mailboxes_) {
     box.unmatched_sends.resize(static_cast<std::size_t>(size));
@@ -53,58 +54,19 @@ class InprocTransport final : public Transport {
   std::string_view name() const noexcept override { return "inproc"; }
 
   void post_send(int peer, std::uint64_t tag, std::span<const std::byte> payload, Completion& done) override {
-    check_peer(peer, size(), "post_send");
-    check_tag(tag, "post_send");
-    done.reset();
-    InprocFabric::Mailbox& dst = box(peer);
-    std::unique_lock lock(dst.mu);
-    if (dst.closed.load(std::memory_order_acquire)) {
-      lock.unlock();
-      finish(rank_, done, State::failed, cat("send to rank ", peer, " with tag ", tag, " failed: peer rank ", peer,
-                                              " closed its transport"));
-      return;
-    }
-    auto& recvs = dst.posted_recvs[static_cast<std::size_t>(rank_)];
-    auto match = std::find_if(recvs.begin(), recvs.end(), [tag](const auto& r) { return r.tag == tag; });
-    if (match == recvs.end()) {
-      dst.unmatched_sends[static_cast<std::size_t>(rank_)].push_back({tag, payload, &done});
-      done.handle = &dst;
-      return;
-    }
-    InprocFabric::PostedRecv recv = *match;
-    recvs.erase(match);
-    // The receive belongs to `peer`; its owner must not finish closing before we are done with it.
-    dst.copies_in_flight.fetch_add(1, std::memory_order_relaxed);
-    lock.unlock();
-    deliver(rank_, InprocFabric::PostedSend{tag, payload, &done}, peer, recv, /*recv_in_flight=*/true,
-            /*send_in_flight=*/false);
+    send(peer, tag, payload, done, false);
   }
-
   void post_recv(int peer, std::uint64_t tag, std::span<std::byte> payload, Completion& done) override {
-    check_peer(peer, size(), "post_recv");
-    check_tag(tag, "post_recv");
-    done.reset();
-    InprocFabric::Mailbox& mine = box(rank_);
-    std::unique_lock lock(mine.mu);
-    if (box(peer).closed.load(std::memory_order_acquire)) {
-      lock.unlock();
-      finish(rank_, done, State::failed, cat("receive from rank ", peer, " with tag ", tag, " failed: peer rank ",
-                                              peer, " closed its transport"));
-      return;
-    }
-    auto& sends = mine.unmatched_sends[static_cast<std::size_t>(peer)];
-    auto match = std::find_if(sends.begin(), sends.end(), [tag](const auto& s) { return s.tag == tag; });
-    if (match == sends.end()) {
-      mine.posted_recvs[static_cast<std::size_t>(peer)].push_back({tag, payload, &done});
-      done.handle = &mine;
-      return;
-    }
-    InprocFabric::PostedSend send = *match;
-    sends.erase(match);
-    box(peer).copies_in_flight.fetch_add(1, std::memory_order_relaxed);
-    lock.unlock();
-    deliver(peer, send, rank_, InprocFabric::PostedRecv{tag, payload, &done}, /*recv_in_flight=*/false,
-            /*send_in_flight=*/true);
+    recv(peer, tag, payload, done, false);
+  }
+  bool device_payloads() const noexcept override { return static_cast<bool>(fabric_->device_copy_); }
+  void post_send_device(int peer, std::uint64_t tag, std::span<const std::byte> payload, Completion& done) override {
+    if (!device_payloads()) Transport::post_send_device(peer, tag, payload, done);
+    send(peer, tag, payload, done, true);
+  }
+  void post_recv_device(int peer, std::uint64_t tag, std::span<std::byte> payload, Completion& done) override {
+    if (!device_payloads()) Transport::post_recv_device(peer, tag, payload, done);
+    recv(peer, tag, payload, done, true);
   }
 
   WaitResult wait(std::span<Completion* const> ops, Deadline deadline) override {
@@ -190,6 +152,66 @@ class InprocTransport final : public Transport {
   }
 
  private:
+  // A message matches a receive with the same tag and the same kind (headed or bare).
+  static constexpr auto same(std::uint64_t tag, bool device) {
+    return [tag, device](const auto& op) { return op.tag == tag && op.device == device; };
+  }
+
+  void send(int peer, std::uint64_t tag, std::span<const std::byte> payload, Completion& done, bool device) {
+    check_peer(peer, size(), "post_send");
+    check_tag(tag, "post_send");
+    done.reset();
+    InprocFabric::Mailbox& dst = box(peer);
+    std::unique_lock lock(dst.mu);
+    if (dst.closed.load(std::memory_order_acquire)) {
+      lock.unlock();
+      finish(rank_, done, State::failed, cat("send to rank ", peer, " with tag ", tag, " failed: peer rank ", peer,
+                                              " closed its transport"));
+      return;
+    }
+    auto& recvs = dst.posted_recvs[static_cast<std::size_t>(rank_)];
+    auto match = std::find_if(recvs.begin(), recvs.end(), same(tag, device));
+    if (match == recvs.end()) {
+      dst.unmatched_sends[static_cast<std::size_t>(rank_)].push_back({tag, payload, &done, device});
+      done.handle = &dst;
+      return;
+    }
+    InprocFabric::PostedRecv recv = *match;
+    recvs.erase(match);
+    // The receive belongs to `peer`; its owner must not finish closing before we are done with it.
+    dst.copies_in_flight.fetch_add(1, std::memory_order_relaxed);
+    lock.unlock();
+    deliver(rank_, InprocFabric::PostedSend{tag, payload, &done, device}, peer, recv, /*recv_in_flight=*/true,
+            /*send_in_flight=*/false);
+  }
+
+  void recv(int peer, std::uint64_t tag, std::span<std::byte> payload, Completion& done, bool device) {
+    check_peer(peer, size(), "post_recv");
+    check_tag(tag, "post_recv");
+    done.reset();
+    InprocFabric::Mailbox& mine = box(rank_);
+    std::unique_lock lock(mine.mu);
+    if (box(peer).closed.load(std::memory_order_acquire)) {
+      lock.unlock();
+      finish(rank_, done, State::failed, cat("receive from rank ", peer, " with tag ", tag, " failed: peer rank ",
+                                              peer, " closed its transport"));
+      return;
+    }
+    auto& sends = mine.unmatched_sends[static_cast<std::size_t>(peer)];
+    auto match = std::find_if(sends.begin(), sends.end(), same(tag, device));
+    if (match == sends.end()) {
+      mine.posted_recvs[static_cast<std::size_t>(peer)].push_back({tag, payload, &done, device});
+      done.handle = &mine;
+      return;
+    }
+    InprocFabric::PostedSend send = *match;
+    sends.erase(match);
+    box(peer).copies_in_flight.fetch_add(1, std::memory_order_relaxed);
+    lock.unlock();
+    deliver(peer, send, rank_, InprocFabric::PostedRecv{tag, payload, &done, device}, /*recv_in_flight=*/false,
+            /*send_in_flight=*/true);
+  }
+
   InprocFabric::Mailbox& box(int rank) noexcept { return fabric_->mailboxes_[static_cast<std::size_t>(rank)]; }
   bool aborted() const noexcept { return fabric_->aborted_.load(std::memory_order_acquire); }
 
@@ -218,8 +240,11 @@ class InprocTransport final : public Transport {
       finish(dst, *recv.done, State::failed,
              truncation_error(src, recv.tag, recv.payload.size(), cat(bytes, " payload bytes")), recv_in_flight);
     } else {
-      recv.done->header = send.done->header;
-      if (bytes > 0) std::memcpy(recv.payload.data(), send.payload.data(), bytes);
+      if (!send.device) recv.done->header = send.done->header;  // bare messages carry none
+      if (bytes > 0 && send.device)
+        fabric_->device_copy_(recv.payload.data(), send.payload.data(), bytes);
+      else if (bytes > 0)
+        std::memcpy(recv.payload.data(), send.payload.data(), bytes);
       recv.done->received_bytes = bytes;
       finish(dst, *recv.done, State::done, {}, recv_in_flight);
     }

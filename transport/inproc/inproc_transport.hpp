@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -33,7 +34,14 @@ class InprocTransport;
 // and hand it to every rank's thread; each thread makes its own transport.
 class InprocFabric {
  public:
-  explicit InprocFabric(int size);
+  // How payloads in device memory are copied (dst, src, bytes; either side may
+  // be device memory): with one, the group's transports accept device
+  // payloads (Transport::device_payloads), which is how ranks as threads run
+  // the direct GPU path (a cudaMemcpy on a GPU, a plain copy with the tests'
+  // fake device). Called by whichever rank's thread matches the message.
+  using DeviceCopy = std::function<void(void* dst, const void* src, std::size_t bytes)>;
+
+  explicit InprocFabric(int size, DeviceCopy device_copy = {});
   InprocFabric(const InprocFabric&) = delete;
   InprocFabric& operator=(const InprocFabric&) = delete;
   int size() const noexcept { return size_; }
@@ -46,11 +54,13 @@ class InprocFabric {
     std::uint64_t tag;
     std::span<const std::byte> payload;
     Completion* done;
+    bool device;  // a bare device-payload message (post_send_device)
   };
   struct PostedRecv {
     std::uint64_t tag;
     std::span<std::byte> payload;
     Completion* done;
+    bool device;
   };
 
   // Everything addressed to one rank. Vectors are indexed by source rank and
@@ -68,6 +78,7 @@ class InprocFabric {
   };
 
   int size_;
+  DeviceCopy device_copy_;
   std::vector<Mailbox> mailboxes_;
 
   std::atomic<bool> aborted_{false};

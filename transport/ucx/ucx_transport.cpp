@@ -34,8 +34,11 @@ constexpr std::uint64_t kControlBit = std::uint64_t{1} << 63;
 // clear for abort messages (which the wildcard control receive matches).
 constexpr std::uint64_t kHelloBit = std::uint64_t{1} << 62;
 constexpr std::uint64_t kAbortMask = kControlBit | kHelloBit;
+// Within the data space: set for bare device-payload messages (post_send_device),
+// so they never match a headed receive, nor the other way round.
+constexpr std::uint64_t kBareBit = std::uint64_t{1} << 61;
 constexpr std::uint64_t kFullMask = ~std::uint64_t{0};
-static_assert(kTagBits + kRankBits < 63, "user tag and source rank must stay clear of the control bit");
+static_assert(kTagBits + kRankBits < 61, "user tag and source rank must stay clear of the bare and control bits");
 constexpr int kMaxRanks = 1 << kRankBits;
 
 std::uint64_t data_tag(std::uint64_t tag, int source) noexcept {
@@ -181,7 +184,7 @@ std::optional<AbortInfo> decode_abort_message(std::span<const std::byte> bytes, 
 
 class UcxTransport final : public Transport {
  public:
-  UcxTransport(Bootstrap& boot, const Config& cfg);
+  UcxTransport(Bootstrap& boot, const Config& cfg, const UcxOptions& options);
   ~UcxTransport() override { close(); }
   UcxTransport(const UcxTransport&) = delete;
   UcxTransport& operator=(const UcxTransport&) = delete;
@@ -192,6 +195,9 @@ class UcxTransport final : public Transport {
 
   void post_send(int peer, std::uint64_t tag, std::span<const std::byte> payload, Completion& done) override;
   void post_recv(int peer, std::uint64_t tag, std::span<std::byte> payload, Completion& done) override;
+  bool device_payloads() const noexcept override { return device_payloads_; }
+  void post_send_device(int peer, std::uint64_t tag, std::span<const std::byte> payload, Completion& done) override;
+  void post_recv_device(int peer, std::uint64_t tag, std::span<std::byte> payload, Completion& done) override;
   WaitResult wait(std::span<Completion* const> ops, Deadline deadline) override;
   void progress() override;
   void cancel(Completion& op) override;
@@ -210,6 +216,7 @@ class UcxTransport final : public Transport {
     std::size_t capacity = 0;  // receive: payload bytes the buffer holds
     int peer = -1;
     bool is_recv = false;
+    bool bare = false;  // a device-payload message: no header
     bool cancel_requested = false;
     OpSlot* prev = nullptr;  // in the active list
     OpSlot* next = nullptr;  // in the active list, or the free list
@@ -261,6 +268,11 @@ class UcxTransport final : public Transport {
   static void on_control_sent(void* request, ucs_status_t status, void* user_data);
   static void on_peer_error(void* arg, ucp_ep_h ep, ucs_status_t status);
 
+  void send(int peer, std::uint64_t tag, std::span<const std::byte> payload, Completion& done, bool bare);
+  void recv(int peer, std::uint64_t tag, std::span<std::byte> payload, Completion& done, bool bare);
+  // The UCX datatype, buffer and entry count of a slot's message.
+  void describe_message(OpSlot& slot, std::span<const std::byte> payload, Completion& done, ucp_request_param_t& param,
+                        void*& buffer, std::size_t& count);
   OpSlot& acquire_slot();
   void release_slot(OpSlot& slot) noexcept;
   void finish_send(OpSlot& slot, ucs_status_t status);
@@ -289,6 +301,10 @@ class UcxTransport final : public Transport {
 
   int rank_;
   int size_;
+  // Device payloads: the context moves CUDA memory (or the tests' option);
+  // the memory type every bare message is handed to UCX with.
+  bool device_payloads_ = false;
+  ucs_memory_type_t device_memory_type_ = UCS_MEMORY_TYPE_CUDA;
   ProgressMode progress_mode_;
   std::chrono::microseconds spin_;
 
@@ -332,7 +348,7 @@ class UcxTransport final : public Transport {
 // ---------------------------------------------------------------------------
 // Setup
 // ---------------------------------------------------------------------------
-UcxTransport::UcxTransport(Bootstrap& boot, const Config& cfg)
+UcxTransport::UcxTransport(Bootstrap& boot, const Config& cfg, const UcxOptions& options)
     : rank_(boot.rank()),
       size_(boot.size()),
       progress_mode_(cfg.progress),
@@ -365,6 +381,18 @@ UcxTransport::UcxTransport(Bootstrap& boot, const Config& cfg)
   ucp_context_h raw_context = nullptr;
   check_ucs(ucp_init(&params, config.get(), &raw_context), "ucp_init");
   context_.reset(raw_context);
+  {
+    // UCX built with CUDA support (cuda_copy, cuda_ipc, gdr_copy, or RDMA
+    // with GPUDirect) lists CUDA among the context's memory types.
+    ucp_context_attr_t attr{};
+    attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+    check_ucs(ucp_context_query(context_.get(), &attr), "ucp_context_query");
+    device_payloads_ = (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+    if (options.device_payloads_in_host_memory) {
+      device_payloads_ = true;
+      device_memory_type_ = UCS_MEMORY_TYPE_HOST;
+    }
+  }
 
   // SERIALIZED: whichever thread holds worker_mu_ may drive the worker.
   ucp_worker_params_t worker_params{};
@@ -416,7 +444,7 @@ UcxTransport::UcxTransport(Bootstrap& boot, const Config& cfg)
   post_control_recv();
   connect_all(cfg.timeout);
   ANTDT_INFO("ucx transport: rank ", rank_, " of ", size_, " ready (worker address ", my_address.size(),
-             " bytes)");
+             " bytes; device payloads ", device_payloads_ ? "accepted" : "not accepted: UCX lacks CUDA support", ")");
 }
 
 // UCX connects an endpoint on its first use, which needs both sides to drive
@@ -533,18 +561,19 @@ void UcxTransport::finish_send(OpSlot& slot, ucs_status_t status) {
 void UcxTransport::finish_recv(OpSlot& slot, ucs_status_t status, std::size_t length) {
   if (Completion* op = slot.done) {
     const Peer& peer = peers_[static_cast<std::size_t>(slot.peer)];
+    const std::size_t header = slot.bare ? 0 : sizeof(MessageHeader);
     if (status == UCS_OK) {
-      if (length < sizeof(MessageHeader)) {
+      if (length < header) {
         end(*op, State::failed,
             cat("message from rank ", slot.peer, " with tag ", slot.tag, " has ", length,
                 " bytes, less than a message header (", sizeof(MessageHeader), ")"));
       } else {
-        op->received_bytes = length - sizeof(MessageHeader);
+        op->received_bytes = length - header;
         end(*op, State::done);
       }
     } else if (status == UCS_ERR_MESSAGE_TRUNCATED) {
-      const std::string incoming = length > slot.capacity + sizeof(MessageHeader)
-                                       ? cat(length - sizeof(MessageHeader), " payload bytes")
+      const std::string incoming = length > slot.capacity + header
+                                       ? cat(length - header, " payload bytes")
                                        : std::string("a longer payload");
       op->truncated = true;
       end(*op, State::failed, truncation_error(slot.peer, slot.tag, slot.capacity, incoming));
@@ -579,6 +608,45 @@ void UcxTransport::on_recv_done(void* request, ucs_status_t status, const ucp_ta
 // Posting
 // ---------------------------------------------------------------------------
 void UcxTransport::post_send(int peer, std::uint64_t tag, std::span<const std::byte> payload, Completion& done) {
+  send(peer, tag, payload, done, false);
+}
+void UcxTransport::post_recv(int peer, std::uint64_t tag, std::span<std::byte> payload, Completion& done) {
+  recv(peer, tag, payload, done, false);
+}
+void UcxTransport::post_send_device(int peer, std::uint64_t tag, std::span<const std::byte> payload,
+                                    Completion& done) {
+  if (!device_payloads_) Transport::post_send_device(peer, tag, payload, done);
+  send(peer, tag, payload, done, true);
+}
+void UcxTransport::post_recv_device(int peer, std::uint64_t tag, std::span<std::byte> payload, Completion& done) {
+  if (!device_payloads_) Transport::post_recv_device(peer, tag, payload, done);
+  recv(peer, tag, payload, done, true);
+}
+
+void UcxTransport::describe_message(OpSlot& slot, std::span<const std::byte> payload, Completion& done,
+                                    ucp_request_param_t& param, void*& buffer, std::size_t& count) {
+  param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+  // UCX's buffers have no const variant; a send only reads them.
+  auto* data = const_cast<std::byte*>(payload.data());
+  if (slot.bare) {
+    // One contiguous buffer of one memory type: UCX picks its CUDA-capable
+    // transports from the memory type, and an IOV may not mix host and device.
+    param.datatype = ucp_dt_make_contig(1);
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    param.memory_type = device_memory_type_;
+    buffer = data;
+    count = payload.size();
+    return;
+  }
+  slot.iov[0] = {&done.header, sizeof(MessageHeader)};
+  slot.iov[1] = {data, payload.size()};
+  param.datatype = ucp_dt_make_iov();
+  buffer = slot.iov.data();
+  count = payload.empty() ? 1 : 2;
+}
+
+void UcxTransport::send(int peer, std::uint64_t tag, std::span<const std::byte> payload, Completion& done,
+                        bool bare) {
   check_peer(peer, size_, "post_send");
   check_tag(tag, "post_send");
   done.reset();
@@ -592,17 +660,17 @@ void UcxTransport::post_send(int peer, std::uint64_t tag, std::span<const std::b
   slot.done = &done;
   slot.peer = peer;
   slot.tag = tag;
-  slot.iov[0] = {&done.header, sizeof(MessageHeader)};
-  // UCX's IOV type has no const variant; a send only reads the payload.
-  slot.iov[1] = {const_cast<std::byte*>(payload.data()), payload.size()};
+  slot.bare = bare;
 
   ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = &UcxTransport::on_send_done;
   param.user_data = &slot;
-  param.datatype = ucp_dt_make_iov();
-  const std::size_t entries = payload.empty() ? 1 : 2;
-  void* request = ucp_tag_send_nbx(target.ep, slot.iov.data(), entries, data_tag(tag, rank_), &param);
+  void* buffer = nullptr;
+  std::size_t count = 0;
+  describe_message(slot, payload, done, param, buffer, count);
+  const std::uint64_t ucp_tag = data_tag(tag, rank_) | (bare ? kBareBit : 0);
+  void* request = ucp_tag_send_nbx(target.ep, buffer, count, ucp_tag, &param);
   if (request == nullptr) {
     finish_send(slot, UCS_OK);
   } else if (UCS_PTR_IS_ERR(request)) {
@@ -613,7 +681,7 @@ void UcxTransport::post_send(int peer, std::uint64_t tag, std::span<const std::b
   }
 }
 
-void UcxTransport::post_recv(int peer, std::uint64_t tag, std::span<std::byte> payload, Completion& done) {
+void UcxTransport::recv(int peer, std::uint64_t tag, std::span<std::byte> payload, Completion& done, bool bare) {
   check_peer(peer, size_, "post_recv");
   check_tag(tag, "post_recv");
   done.reset();
@@ -623,21 +691,21 @@ void UcxTransport::post_recv(int peer, std::uint64_t tag, std::span<std::byte> p
   slot.peer = peer;
   slot.tag = tag;
   slot.is_recv = true;
+  slot.bare = bare;
   slot.capacity = payload.size();
-  slot.iov[0] = {&done.header, sizeof(MessageHeader)};
-  slot.iov[1] = {payload.data(), payload.size()};
 
   // No immediate completion: UCX 1.13 does not report the received length
   // (recv_info) for a receive that completes inside ucp_tag_recv_nbx, but it
   // does pass it to the callback, which then runs before the call returns.
   ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE |
-                       UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   param.cb.recv = &UcxTransport::on_recv_done;
   param.user_data = &slot;
-  param.datatype = ucp_dt_make_iov();
-  const std::size_t entries = payload.empty() ? 1 : 2;
-  void* request = ucp_tag_recv_nbx(worker_.get(), slot.iov.data(), entries, data_tag(tag, peer), kFullMask, &param);
+  void* buffer = nullptr;
+  std::size_t count = 0;
+  describe_message(slot, payload, done, param, buffer, count);
+  const std::uint64_t ucp_tag = data_tag(tag, peer) | (bare ? kBareBit : 0);
+  void* request = ucp_tag_recv_nbx(worker_.get(), buffer, count, ucp_tag, kFullMask, &param);
   if (UCS_PTR_IS_ERR(request)) {
     finish_recv(slot, UCS_PTR_STATUS(request), 0);
   } else if (done.pending()) {  // else the callback has run, freed the request and recycled the slot
@@ -1100,8 +1168,8 @@ void UcxTransport::drain_unexpected(Deadline until) {
   }
 }
 
-std::unique_ptr<Transport> make_ucx_transport(Bootstrap& boot, const Config& cfg) {
-  return std::make_unique<UcxTransport>(boot, cfg);
+std::unique_ptr<Transport> make_ucx_transport(Bootstrap& boot, const Config& cfg, const UcxOptions& options) {
+  return std::make_unique<UcxTransport>(boot, cfg, options);
 }
 
 }  // namespace antdt::transport

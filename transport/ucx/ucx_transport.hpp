@@ -8,6 +8,12 @@
 // 0..19 (receives match the full tag); bit 63 set marks control (abort)
 // messages, for which one wildcard-source receive is always posted.
 //
+// Device payloads (post_send_device): where UCX lists CUDA among its memory
+// types (a build with cuda_copy / cuda_ipc / gdr_copy), a device buffer is
+// handed to UCX as one contiguous buffer with memory type CUDA, without the
+// header (an IOV may not mix memory types), under tag bit 61, so it matches
+// only a receive posted with post_recv_device.
+//
 // Threading: the thread that waits drives the worker. abort() may come from any
 // thread: it records the abort, and whoever holds the worker next sends the
 // control messages (ucp_worker_signal wakes a thread blocked in wait()).
@@ -42,9 +48,16 @@
 
 namespace antdt::transport {
 
+struct UcxOptions {
+  // Tests: accept device payloads (Transport::device_payloads) and hand them
+  // to UCX as host memory, so the bare-message protocol of the direct GPU
+  // path runs over UCX builds without CUDA support, with host buffers.
+  bool device_payloads_in_host_memory = false;
+};
+
 // Exchanges worker addresses through `boot` (one allgather, so every rank of
 // the group must call this) and creates an endpoint to every rank, itself included.
-std::unique_ptr<Transport> make_ucx_transport(Bootstrap& boot, const Config& cfg);
+std::unique_ptr<Transport> make_ucx_transport(Bootstrap& boot, const Config& cfg, const UcxOptions& options = {});
 
 // The control message a rank sends to its peers when it aborts. Exposed for
 // tests: decode checks lengths, magic and version, and rejects anything else.
