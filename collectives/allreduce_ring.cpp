@@ -49,10 +49,33 @@ struct Cursor {
   std::size_t step = 0, chunk = 0, index = 0;  // index: position in the walk
 };
 
+// Host memory and the CPU kernels.
+class HostRingMemory final : public RingMemory {
+ public:
+  std::span<std::byte> scratch(Call& call, std::size_t bytes) override { return call.scratch(bytes); }
+  void copy(std::byte* dst, const std::byte* src, std::size_t bytes) override {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+  }
+  void reduce_into(DataType dtype, ReduceOp op, std::span<std::byte> dst, std::span<const std::byte> a,
+                   std::span<const std::byte> b) override {
+    antdt::reduce_into(dtype, op, dst, a, b);
+  }
+  void finish_avg(DataType dtype, std::span<std::byte> data, std::size_t nranks) override {
+    antdt::finish_avg(dtype, data, nranks);
+  }
+  void settle() override {}
+};
+
 }  // namespace
 
 void allreduce_ring(Call& call, const std::byte* send, std::byte* recv, std::size_t count, DataType dtype,
                     ReduceOp op, std::span<const int> members) {
+  HostRingMemory host;
+  allreduce_ring(call, host, send, recv, count, dtype, op, members);
+}
+
+void allreduce_ring(Call& call, RingMemory& memory, const std::byte* send, std::byte* recv, std::size_t count,
+                    DataType dtype, ReduceOp op, std::span<const int> members) {
   // The ring runs over `members` (all ranks when empty), in that order.
   const std::size_t n = members.empty() ? static_cast<std::size_t>(call.size()) : members.size();
   std::size_t r = static_cast<std::size_t>(call.rank());
@@ -62,7 +85,7 @@ void allreduce_ring(Call& call, const std::byte* send, std::byte* recv, std::siz
     r = static_cast<std::size_t>(me - members.begin());
   }
   if (n == 1) {
-    if (send != recv && count > 0) std::memcpy(recv, send, count * dtype_size(dtype));
+    if (send != recv) memory.copy(recv, send, count * dtype_size(dtype));
     return;
   }
   auto rank_at = [&](std::size_t position) {
@@ -88,7 +111,7 @@ void allreduce_ring(Call& call, const std::byte* send, std::byte* recv, std::siz
   };
 
   const std::size_t slot_elems = std::min(L.chunk_elems, L.seg_elems(0));
-  auto slots = call.scratch(kReceiveSlots * std::max<std::size_t>(1, slot_elems) * esize);
+  auto slots = memory.scratch(call, kReceiveSlots * std::max<std::size_t>(1, slot_elems) * esize);
   auto bytes_at = [&](const std::byte* base, std::size_t elem, std::size_t elems) {
     return std::span(base + elem * esize, elems * esize);
   };
@@ -149,8 +172,9 @@ void allreduce_ring(Call& call, const std::byte* send, std::byte* recv, std::siz
     auto dst = mut_bytes_at(recv, begin, elems);
     if (s < n - 1) {
       auto slot = slots.subspan((processed.index % kReceiveSlots) * slot_elems * esize, elems * esize);
-      reduce_into(dtype, op, dst, bytes_at(send, begin, elems), slot);
-      if (s == n - 2 && op == ReduceOp::avg) finish_avg(dtype, dst, n);
+      memory.reduce_into(dtype, op, dst, bytes_at(send, begin, elems), slot);
+      if (s == n - 2 && op == ReduceOp::avg) memory.finish_avg(dtype, dst, n);
+      memory.settle();
     }
     if (s + 1 < steps) call.send(send_index(s + 1, processed.chunk), right, dst);
     advance(processed);

@@ -177,6 +177,13 @@ bool Call::cancel(std::size_t index) {
   return false;
 }
 
+void Call::carry_device_payloads() {
+  if (!comm_.transport().device_payloads())
+    raise<UnsupportedError>(sig_.describe(), ": the ", comm_.transport().name(),
+                            " transport cannot move device memory");
+  device_payloads_ = true;
+}
+
 std::size_t Call::send(std::size_t index, int peer, std::span<const std::byte> payload) {
   index += base_;
   auto& slot = op_slot(index);
@@ -186,10 +193,14 @@ std::size_t Call::send(std::size_t index, int peer, std::span<const std::byte> p
                                                     payload.size()};
   slot.peer = peer;
   slot.is_recv = false;
+  slot.bare = device_payloads_;
   slot.expected_bytes = payload.size();
   slot.seq = seq_;
   high_water_ = std::max(high_water_, index + 1);
-  comm_.transport().post_send(peer, tag_, payload, slot.completion);
+  if (device_payloads_)
+    comm_.transport().post_send_device(peer, tag_, payload, slot.completion);
+  else
+    comm_.transport().post_send(peer, tag_, payload, slot.completion);
   return index - base_;
 }
 
@@ -200,10 +211,14 @@ std::size_t Call::recv(std::size_t index, int peer, std::span<std::byte> payload
   slot.completion.reset();
   slot.peer = peer;
   slot.is_recv = true;
+  slot.bare = device_payloads_;
   slot.expected_bytes = payload.size();
   slot.seq = seq_;
   high_water_ = std::max(high_water_, index + 1);
-  comm_.transport().post_recv(peer, tag_, payload, slot.completion);
+  if (device_payloads_)
+    comm_.transport().post_recv_device(peer, tag_, payload, slot.completion);
+  else
+    comm_.transport().post_recv(peer, tag_, payload, slot.completion);
   return index - base_;
 }
 
@@ -261,6 +276,13 @@ void Call::check(detail::OpSlot& slot) {
   if (state == transport::State::cancelled)
     fail(Status::internal, cat("operation with rank ", slot.peer, " was cancelled"));
   if (!slot.is_recv) return;
+  if (slot.bare) {  // no header: the length is all there is to check
+    if (c.received_bytes != slot.expected_bytes)
+      fail(Status::mismatch, cat("rank ", rank(), " in ", sig_.describe(), " #", seq_, ": rank ", slot.peer, " sent ",
+                                 c.received_bytes, " bytes of device memory where ", slot.expected_bytes,
+                                 " were expected; all ranks must call collectives with the same arguments"));
+    return;
+  }
   const auto& h = c.header;
   if (h.magic != transport::MessageHeader::kMagic || h.comm_id != comm_.id())
     fail(Status::transport, cat("rank ", rank(), ": malformed message header from rank ", slot.peer));

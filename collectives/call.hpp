@@ -75,6 +75,15 @@ class Call {
   bool sequenced() const noexcept { return sequenced_; }
   std::span<std::byte> scratch(std::size_t bytes) { return comm_.scratch(bytes); }
 
+  // From here on this call's payloads are in device memory (the direct GPU
+  // path): send and recv post bare device-payload messages
+  // (Transport::post_send_device), and a receive is checked by its length
+  // alone, since bare messages carry no header. So only for a call that every
+  // rank makes right after a headed exchange that checked the signature (the
+  // direct AllReduce's record exchange). UnsupportedError when the transport
+  // cannot move device memory.
+  void carry_device_payloads();
+
   // Posts into pool slot `index` (the algorithm numbers its operations; indexes
   // must be unique within the call). Returns the slot index for wait().
   std::size_t send(std::size_t index, int peer, std::span<const std::byte> payload);
@@ -124,6 +133,7 @@ class Call {
   std::size_t high_water_ = 0;  // slots [0, high_water_) may have been posted
   std::size_t base_ = 0;
   bool sequenced_ = false;
+  bool device_payloads_ = false;
 };
 
 }  // namespace antdt::coll

@@ -48,6 +48,9 @@ constexpr std::uint64_t kIpcReduceExchangeLayout = 0x4950430000000041ULL;
 constexpr std::uint64_t kIpcReduceDoneLayout = 0x4950430000000043ULL;
 constexpr std::uint64_t kIpcAlltoallExchangeLayout = 0x4950430000000051ULL;
 constexpr std::uint64_t kIpcAlltoallDoneLayout = 0x4950430000000053ULL;
+// The direct AllReduce's ring (device payloads, no headers: checked by the
+// headed record exchange that precedes it, which every rank takes alike).
+constexpr std::uint64_t kDirectRingLayout = 0x4452430000000001ULL;
 
 const std::byte* as_bytes(const void* p) { return static_cast<const std::byte*>(p); }
 std::byte* as_bytes(void* p) { return static_cast<std::byte*>(p); }
@@ -196,6 +199,9 @@ PeerRecord export_record(cuda::DeviceWork& work, const void* send, const void* r
     mine.reason = "a buffer is host memory";
     return mine;
   }
+  // Both buffers are device memory: the transport may take them as they are,
+  // if it can (exchange_records asks it).
+  mine.device_payloads = true;
   std::optional<cuda::IpcHandle> send_handle = work.ipc_export(send, bytes, &mine.reason);
   std::optional<cuda::IpcHandle> recv_handle =
       send == recv ? send_handle : (send_handle ? work.ipc_export(recv, bytes, &mine.reason) : std::nullopt);
@@ -216,7 +222,9 @@ std::vector<PeerRecord> exchange_records(detail::CommImpl& comm, const PeerRecor
   std::vector<std::byte> all(kRecord * n);
   std::vector<std::size_t> counts(n, kRecord), displs(n);
   for (std::size_t r = 0; r < n; ++r) displs[r] = r * kRecord;
-  const PeerRecord::Wire wire = mine.serialize();
+  PeerRecord sent = mine;
+  sent.device_payloads = mine.device_payloads && comm.transport().device_payloads();
+  const PeerRecord::Wire wire = sent.serialize();
   Call call(comm, sig);
   allgather_ring(call, wire.data(), all.data(), counts, displs, 1);
   std::vector<PeerRecord> records(n);
@@ -247,7 +255,7 @@ bool run_ipc(detail::CommImpl& comm, cuda::DeviceWork& work, const char* what, c
   done.algo = Algo::dissemination;
   done.layout = done_layout;
   const std::vector<PeerRecord> records = exchange_records(comm, record(), exchange);
-  if (resolve_path(cfg.gpu_path, records) == Path::staged) return false;
+  if (resolve_path(cfg.gpu_path, records, /*direct_built=*/false) == Path::staged) return false;
   failing_together(comm, what, [&] {
     body(records);
     wait_device(work, comm, what, "the copies and reductions from the peers' buffers");
@@ -404,27 +412,64 @@ bool ipc_alltoall(detail::CommImpl& comm, cuda::DeviceWork& work, const void* se
       });
 }
 
-// Runs the AllReduce through CUDA IPC when every rank can (true), or returns
-// false, on every rank alike, when the call should be staged instead.
-bool ipc_allreduce(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv, std::size_t count,
-                   DataType dtype, ReduceOp op) {
+// The AllReduce's path, agreed by every rank: when ANTDT_GPU_PATH allows IPC
+// or direct, the ranks exchange records (after the caller's stream work is
+// done: peers read this rank's send buffer as soon as they have its record)
+// and every rank resolves the same path from them; else staged.
+struct Agreement {
+  Path path = Path::staged;
+  std::vector<PeerRecord> records;  // every rank's, when exchanged
+};
+Agreement agree_allreduce_path(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv,
+                               std::size_t count, DataType dtype, ReduceOp op) {
   const Config& cfg = comm.config();
-  if (!exchanges_records(cfg.gpu_path, comm.size())) return false;
+  if (!exchanges_records(cfg.gpu_path, comm.size())) return {};
   const std::size_t bytes = count * dtype_size(dtype);
-
-  // 1. Inputs ready: peers read this rank's send buffer as soon as they have
-  //    its record, so the caller's stream work that writes it must be done.
-  wait_device(work, comm, "allreduce (ipc)", "the caller's stream work before the IPC exchange");
-  // 2. Exchange the records (an allgather on the transport).
-  const std::vector<PeerRecord> records =
-      exchange_records(comm, export_record(work, send, recv, bytes),
-                       Signature{Kind::allreduce, count, dtype, op, -1, Algo::none, kIpcExchangeLayout});
+  wait_device(work, comm, "allreduce (device)", "the caller's stream work before the path exchange");
+  Agreement agreed;
+  agreed.records = exchange_records(comm, export_record(work, send, recv, bytes),
+                                    Signature{Kind::allreduce, count, dtype, op, -1, Algo::none, kIpcExchangeLayout});
   // Every rank decides the same here, so a refusal (UnsupportedError with
-  // ANTDT_GPU_PATH=ipc) leaves the communicator usable.
-  if (resolve_path(cfg.gpu_path, records) == Path::staged) return false;
-  failing_together(comm, "allreduce (ipc)",
-                   [&] { ipc_reduce_and_gather(comm, work, records, send, recv, count, dtype, op); });
-  return true;
+  // ANTDT_GPU_PATH=ipc or direct) leaves the communicator usable.
+  agreed.path = resolve_path(cfg.gpu_path, agreed.records, /*direct_built=*/true);
+  return agreed;
+}
+
+// The direct path's ring memory: the device buffers, scratch and kernels of
+// the call's work; a reduced chunk goes to the transport only once the host
+// has seen its kernel finish (the transport reads device memory outside the
+// work stream's order).
+class DeviceRingMemory final : public RingMemory {
+ public:
+  DeviceRingMemory(cuda::DeviceWork& work, const detail::CommImpl& comm) : work_(work), comm_(comm) {}
+  std::span<std::byte> scratch(Call&, std::size_t bytes) override { return {work_.scratch(bytes), bytes}; }
+  void copy(std::byte* dst, const std::byte* src, std::size_t bytes) override { work_.copy(dst, src, bytes); }
+  void reduce_into(DataType dtype, ReduceOp op, std::span<std::byte> dst, std::span<const std::byte> a,
+                   std::span<const std::byte> b) override {
+    if (!dst.empty()) work_.reduce_into(dtype, op, dst.data(), a.data(), b.data(), dst.size() / dtype_size(dtype));
+  }
+  void finish_avg(DataType dtype, std::span<std::byte> data, std::size_t nranks) override {
+    if (!data.empty()) work_.finish_avg(dtype, data.data(), data.size() / dtype_size(dtype), nranks);
+  }
+  void settle() override { wait_device(work_, comm_, "allreduce (direct)", "a reduced chunk"); }
+
+ private:
+  cuda::DeviceWork& work_;
+  const detail::CommImpl& comm_;
+};
+
+// The direct path: the host ring (collectives/allreduce_ring.cpp), message
+// for message, with every payload handed to the transport in device memory
+// and the reductions done by the device kernels; nothing is staged.
+void direct_allreduce(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv, std::size_t count,
+                      DataType dtype, ReduceOp op) {
+  cuda::NvtxRange range("antdt direct ring");
+  failing_together(comm, "allreduce (direct)", [&] {
+    DeviceRingMemory memory(work, comm);
+    Call call(comm, Signature{Kind::allreduce, count, dtype, op, -1, Algo::ring, kDirectRingLayout});
+    call.carry_device_payloads();
+    allreduce_ring(call, memory, as_bytes(send), as_bytes(recv), count, dtype, op);
+  });
 }
 
 // Steps 3 to 6 of the IPC AllReduce (docs/gpu.md), once every rank agreed on it.
@@ -531,11 +576,23 @@ void allreduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t
   if (comm.size() == 1) {
     if (send != recv) work->copy(recv, send, count * dtype_size(dtype));
     last_path = LastPath::staged;
-  } else if (ipc_allreduce(comm, *work, send, recv, count, dtype, op)) {
-    last_path = LastPath::ipc;
   } else {
-    staged_allreduce(comm, *work, send, recv, count, dtype, op);
-    last_path = LastPath::staged;
+    const Agreement agreed = agree_allreduce_path(comm, *work, send, recv, count, dtype, op);
+    switch (agreed.path) {
+      case Path::ipc:
+        failing_together(comm, "allreduce (ipc)",
+                         [&] { ipc_reduce_and_gather(comm, *work, agreed.records, send, recv, count, dtype, op); });
+        last_path = LastPath::ipc;
+        break;
+      case Path::direct:
+        direct_allreduce(comm, *work, send, recv, count, dtype, op);
+        last_path = LastPath::direct;
+        break;
+      case Path::staged:
+        staged_allreduce(comm, *work, send, recv, count, dtype, op);
+        last_path = LastPath::staged;
+        break;
+    }
   }
   finish(*work, comm, recv, "allreduce");
 }

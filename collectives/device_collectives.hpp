@@ -6,9 +6,11 @@
 //  - staged: device data moves through pinned host slots and the host
 //    algorithms run on them (elementwise collectives pipelined segment by
 //    segment; the others staged whole), so it works over every transport;
-//  - ipc (AllReduce and Broadcast, ranks on one node): ranks map each other's
-//    buffers with CUDA IPC; AllReduce reduces on the device, each rank one
-//    slice, and Broadcast copies from the root's buffer.
+//  - ipc (every collective, ranks on one node): ranks map each other's
+//    buffers with CUDA IPC and copy or reduce straight from them;
+//  - direct (AllReduce, transports that move device memory: UCX with CUDA
+//    support): the host ring on the device buffers, every payload handed to
+//    the transport in device memory, reductions by the device kernels.
 // Both are ordered after the caller's stream and make it wait for the result
 // (device-side events); the host waits they need are bounded by ANTDT_TIMEOUT_MS.
 //
@@ -150,7 +152,7 @@ class StagedCall {
 };
 
 // Which path the last device collective of each kind on this thread took (tests).
-enum class LastPath { none, staged, ipc };
+enum class LastPath { none, staged, ipc, direct };
 LastPath last_allreduce_path() noexcept;
 LastPath last_broadcast_path() noexcept;
 LastPath last_reduce_scatter_path() noexcept;

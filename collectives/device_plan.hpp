@@ -81,6 +81,7 @@ struct PeerRecord {
   using Wire = std::array<std::byte, kWireBytes>;
 
   bool exportable = false;  // both buffers exported (else `reason` says why not)
+  bool device_payloads = false;  // this rank's transport moves device memory (the direct path)
   std::uint64_t node = 0;
   cuda::IpcHandle send;  // meaningful when exportable
   cuda::IpcHandle recv;
@@ -91,16 +92,20 @@ struct PeerRecord {
   static PeerRecord deserialize(std::span<const std::byte> wire);
 };
 
-enum class Path { staged, ipc };
+enum class Path { staged, ipc, direct };
 
-// Whether a call exchanges PeerRecords first (it might take the IPC path):
-// never when ANTDT_GPU_PATH=staged or for a single rank.
+// Whether a call exchanges PeerRecords first (it might take the IPC or the
+// direct path): never when ANTDT_GPU_PATH=staged or for a single rank.
 bool exchanges_records(GpuPath setting, int nranks);
 
 // The path every rank takes after the exchange (every rank sees the same
-// records, so every rank decides the same): IPC when every rank could export
-// and all share a node; else staged, or UnsupportedError naming the first
-// rank that prevents IPC when ANTDT_GPU_PATH=ipc.
-Path resolve_path(GpuPath setting, std::span<const PeerRecord> records);
+// records, so every rank decides the same). `direct_built`: the collective has
+// a direct path (device memory handed to the transport; AllReduce).
+//  - auto: IPC when every rank could export and all share a node; else direct
+//    when built and every rank's transport moves device memory; else staged.
+//  - ipc: IPC, or UnsupportedError naming the first rank in the way.
+//  - direct: direct, or UnsupportedError naming the first rank whose
+//    transport cannot; collectives without a direct path choose as with auto.
+Path resolve_path(GpuPath setting, std::span<const PeerRecord> records, bool direct_built);
 
 }  // namespace antdt::coll::device

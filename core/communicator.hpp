@@ -30,6 +30,7 @@ struct OpSlot {
   transport::Completion completion;
   int peer = -1;
   bool is_recv = false;
+  bool bare = false;  // a device-payload message without header (Call::carry_device_payloads)
   std::size_t expected_bytes = 0;
   std::uint64_t seq = 0;  // the collective that last posted into this slot
 };

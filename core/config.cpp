@@ -176,8 +176,8 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 2> kTranspor
 constexpr std::array<std::pair<std::string_view, AllreduceAlgo>, 4> kAlgos{{
     {"auto", AllreduceAlgo::automatic}, {"ring", AllreduceAlgo::ring},
     {"recursive_doubling", AllreduceAlgo::recursive_doubling}, {"shm", AllreduceAlgo::shm}}};
-constexpr std::array<std::pair<std::string_view, GpuPath>, 3> kGpuPaths{{
-    {"auto", GpuPath::automatic}, {"ipc", GpuPath::ipc}, {"staged", GpuPath::staged}}};
+constexpr std::array<std::pair<std::string_view, GpuPath>, 4> kGpuPaths{{
+    {"auto", GpuPath::automatic}, {"ipc", GpuPath::ipc}, {"staged", GpuPath::staged}, {"direct", GpuPath::direct}}};
 constexpr std::array<std::pair<std::string_view, ProgressMode>, 3> kProgressModes{{
     {"auto", ProgressMode::automatic}, {"spin", ProgressMode::spin}, {"wake", ProgressMode::wake}}};
 constexpr std::array<std::pair<std::string_view, bool>, 2> kAsyncProgress{{{"thread", true}, {"caller", false}}};

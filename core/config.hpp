@@ -22,7 +22,7 @@ enum class LogLevel { error = 0, warn = 1, info = 2, trace = 3 };
 enum class ProgressMode { automatic, spin, wake };  // ANTDT_PROGRESS
 enum class BindMode { automatic, none, cores, numa };  // ANTDT_BIND
 enum class AllreduceAlgo { automatic, ring, recursive_doubling, shm };  // ANTDT_ALGO (docs/collectives.md)
-enum class GpuPath { automatic, ipc, staged };  // ANTDT_GPU_PATH (docs/gpu.md)
+enum class GpuPath { automatic, ipc, staged, direct };  // ANTDT_GPU_PATH (docs/gpu.md)
 
 struct Config {
   LogLevel log_level = LogLevel::warn;                       // ANTDT_DEBUG=ERROR|WARN|INFO|TRACE
@@ -56,7 +56,7 @@ struct Config {
   int trace_flush_steps = 100;                               // ANTDT_TRACE_FLUSH_STEPS, 1..1000000
   std::shared_ptr<const sched::InjectSpec> inject;           // ANTDT_INJECT (null: nothing injected)
   bool nvtx = false;                                         // ANTDT_NVTX=0|1 (NVTX ranges; CUDA builds only)
-  GpuPath gpu_path = GpuPath::automatic;                     // ANTDT_GPU_PATH=auto|ipc|staged (device-buffer collectives)
+  GpuPath gpu_path = GpuPath::automatic;                     // ANTDT_GPU_PATH=auto|ipc|staged|direct (device buffers)
 
   // Partial collectives (docs/partial.md).
   double partial_quorum = 0.5;          // ANTDT_PARTIAL_QUORUM, (0, 1]: on-time ranks needed before a step may close

@@ -32,6 +32,7 @@ namespace {
 struct PooledEngine {
   int device = -1;
   std::unique_ptr<CudaCopyEngine> engine;
+  DeviceBuffer scratch;  // grown on demand (DeviceWork::scratch), kept with the engine
 };
 
 class EnginePool {
@@ -180,6 +181,16 @@ class CudaDeviceWork final : public DeviceWork {
   CopyEngine& staging(void* range, std::size_t bytes) override {
     engine().bind(range, bytes, DataType::u8);
     return engine();
+  }
+  std::byte* scratch(std::size_t bytes) override {
+    if (lease_.scratch.size() < bytes) {
+      ScopedDevice on(device_);
+      // Freed first (cudaFree waits for the device's work, which may still
+      // read the old buffer), so the two never need memory at once.
+      lease_.scratch = DeviceBuffer();
+      lease_.scratch = DeviceBuffer(bytes);
+    }
+    return lease_.scratch.data();
   }
   void copy(void* dst, const void* src, std::size_t bytes) override {
     if (bytes == 0 || dst == src) return;

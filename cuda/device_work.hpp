@@ -32,6 +32,11 @@ class DeviceWork {
   // [range, range + bytes) for plain copies. Its copies run in order with the
   // other work enqueued here.
   virtual CopyEngine& staging(void* range, std::size_t bytes) = 0;
+  // Device memory of at least `bytes` on the work's device for the call's
+  // own use (the direct path's receive slots), reused by later calls: its
+  // contents are undefined, and it stays valid until the work ends or
+  // scratch() is called again.
+  virtual std::byte* scratch(std::size_t bytes) = 0;
   // dst <- src, bytes; either side may be device or host memory.
   virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
   // out = a (op) b elementwise; out may equal a or b. avg reduces as sum.

@@ -39,10 +39,14 @@ using Outcomes = std::vector<std::exception_ptr>;
 using TransportWrap =
     std::function<std::unique_ptr<transport::Transport>(std::unique_ptr<transport::Transport>, int rank)>;
 
+// `device_copy` (tests of the direct GPU path on the fake device, whose
+// device memory is host memory): when set, the transports accept device
+// payloads; inproc copies them with it, UCX takes them as host memory.
 inline Outcomes run_ranks(int n, TransportKind kind, const std::function<void(Communicator&)>& fn,
-                          const Config& cfg = test_config(), const TransportWrap& wrap = nullptr) {
+                          const Config& cfg = test_config(), const TransportWrap& wrap = nullptr,
+                          const transport::InprocFabric::DeviceCopy& device_copy = {}) {
   ::setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 0);
-  auto fabric = std::make_shared<transport::InprocFabric>(n);
+  auto fabric = std::make_shared<transport::InprocFabric>(n, device_copy);
   auto rendezvous = std::make_shared<InprocRendezvous>(n, cfg.timeout);
   auto control = control::make_inproc_endpoints(n);  // element r is moved into rank r's communicator
   Outcomes outcomes(static_cast<std::size_t>(n));
@@ -56,7 +60,8 @@ inline Outcomes run_ranks(int n, TransportKind kind, const std::function<void(Co
           t = transport::make_inproc_transport(fabric, r, cfg);
         } else {
           InprocBootstrap boot(rendezvous, r);
-          t = transport::make_ucx_transport(boot, cfg);
+          t = transport::make_ucx_transport(
+              boot, cfg, transport::UcxOptions{.device_payloads_in_host_memory = static_cast<bool>(device_copy)});
         }
         if (wrap) t = wrap(std::move(t), r);
         Communicator comm =

@@ -106,6 +106,11 @@ TEST(Config, EnumsAndStrings) {
   EXPECT_EQ(parse({{"ANTDT_BIND", "cores"}}).bind, BindMode::cores);
   EXPECT_EQ(parse({{"ANTDT_BIND", "Numa"}}).bind, BindMode::numa);
   EXPECT_EQ(parse({{"ANTDT_BOOTSTRAP_DIR", "/var/tmp/antdt"}}).bootstrap_dir, "/var/tmp/antdt");
+  EXPECT_EQ(parse({}).gpu_path, GpuPath::automatic);
+  EXPECT_EQ(parse({{"ANTDT_GPU_PATH", "ipc"}}).gpu_path, GpuPath::ipc);
+  EXPECT_EQ(parse({{"ANTDT_GPU_PATH", "Staged"}}).gpu_path, GpuPath::staged);
+  EXPECT_EQ(parse({{"ANTDT_GPU_PATH", "direct"}}).gpu_path, GpuPath::direct);
+  EXPECT_NE(error_for({{"ANTDT_GPU_PATH", "rdma"}}).find("auto, ipc, staged, direct"), std::string::npos);
 }
 
 TEST(Config, ChunkBytesSuffixes) {

@@ -40,6 +40,12 @@ Config config_with(GpuPath path) {
   return cfg;
 }
 
+// The in-process fabric's copy of device payloads: with it the direct path
+// (device memory handed to the transport) runs between ranks as threads.
+void cuda_payload_copy(void* dst, const void* src, std::size_t bytes) {
+  check_cuda_ok(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy (device payload)");
+}
+
 // Every dtype x op at small counts (and one count over several staging
 // segments for sum), in place and out of place, results read after the
 // caller's stream is synchronised.
@@ -79,7 +85,7 @@ void allreduce_every_dtype_op(int n, GpuPath setting, LastPath want) {
           }
         }
       },
-      config_with(setting));
+      config_with(setting), nullptr, setting == GpuPath::direct ? cuda_payload_copy : nullptr);
   expect_all_ok(outcomes);
 }
 
@@ -91,10 +97,17 @@ TEST_F(GpuCollectives, IpcAllreduceEveryDtypeOpTwoToFourRanks) {
   for (int n = 2; n <= 4; ++n) allreduce_every_dtype_op(n, GpuPath::ipc, LastPath::ipc);
 }
 
+// The direct path on the device: the ring's payloads handed to the transport
+// in device memory (here the in-process fabric's cudaMemcpy), the reductions
+// by the kernels.
+TEST_F(GpuCollectives, DirectAllreduceEveryDtypeOpTwoToFourRanks) {
+  for (int n = 2; n <= 4; ++n) allreduce_every_dtype_op(n, GpuPath::direct, LastPath::direct);
+}
+
 // The input is written by the caller's stream after a long kernel: the
 // collective must wait for it on the device, not read stale data.
-TEST_F(GpuCollectives, AllreduceIsOrderedAfterTheCallersStreamOnBothPaths) {
-  for (GpuPath setting : {GpuPath::staged, GpuPath::ipc}) {
+TEST_F(GpuCollectives, AllreduceIsOrderedAfterTheCallersStreamOnEveryPath) {
+  for (GpuPath setting : {GpuPath::staged, GpuPath::ipc, GpuPath::direct}) {
     const std::size_t count = 4096;
     auto outcomes = run_ranks(
         2, TransportKind::inproc,
@@ -113,7 +126,7 @@ TEST_F(GpuCollectives, AllreduceIsOrderedAfterTheCallersStreamOnBothPaths) {
             if (load(DataType::i32, got.data(), i) != 2.0 * 0x01010101)
               throw std::runtime_error(cat("element ", i, " is ", load(DataType::i32, got.data(), i)));
         },
-        config_with(setting));
+        config_with(setting), nullptr, setting == GpuPath::direct ? cuda_payload_copy : nullptr);
     expect_all_ok(outcomes);
   }
 }

@@ -52,10 +52,11 @@ class FakeWork final : public cuda::DeviceWork, public cuda::CopyEngine {
   ~FakeWork() override;
 
   // DeviceWork
-  cuda::CopyEngine& staging(void* range, std::size_t bytes) override {
+  cuda::CopyEngine& staging(void* range, std::size_t bytes) override;
+  std::byte* scratch(std::size_t bytes) override;
+  void bind_staging(void* range, std::size_t bytes) {
     range_ = static_cast<std::byte*>(range);
     range_bytes_ = bytes;
-    return *this;
   }
   void copy(void* dst, const void* src, std::size_t bytes) override {
     enqueue([dst, src, bytes] { std::memmove(dst, src, bytes); });
@@ -195,7 +196,18 @@ class FakeDevice final : public cuda::DeviceBackend {
     for (auto& op : ops) mine.push_back(std::move(op));
   }
 
-  std::atomic<int> begins{0}, completes{0}, synchronizes{0}, exports{0};
+  std::atomic<int> begins{0}, completes{0}, synchronizes{0}, exports{0}, stagings{0};
+
+  // The transports' copy of device payloads (the direct path): counts them,
+  // and counts those whose source or destination is not device memory.
+  transport::InprocFabric::DeviceCopy payload_copy() {
+    return [this](void* dst, const void* src, std::size_t bytes) {
+      if (!is_device(dst) || !is_device(src)) ++host_payloads;
+      std::memcpy(dst, src, bytes);
+      ++device_payloads;
+    };
+  }
+  std::atomic<int> device_payloads{0}, host_payloads{0};
 
  private:
   std::deque<std::function<void()>> take_pending(const void* stream_key) {
@@ -226,6 +238,14 @@ FakeWork::FakeWork(FakeDevice& device, const void* stream_key, std::deque<std::f
 FakeWork::~FakeWork() { device_.leave_pending(stream_key_, std::move(queue_)); }
 
 void FakeWork::complete() { ++device_.completes; }
+
+cuda::CopyEngine& FakeWork::staging(void* range, std::size_t bytes) {
+  ++device_.stagings;
+  bind_staging(range, bytes);
+  return *this;
+}
+
+std::byte* FakeWork::scratch(std::size_t bytes) { return device_.allocate(bytes); }
 
 std::optional<cuda::IpcHandle> FakeWork::ipc_export(const void* p, std::size_t bytes, std::string* why) {
   if (!device_.may_export(p)) {
@@ -318,12 +338,12 @@ TEST(DevicePlan, PathIsIpcOnlyWhenEveryRankCanAndSharesANode) {
     r.exportable = true;
     r.node = 9;
   }
-  EXPECT_EQ(resolve_path(GpuPath::automatic, recs), Path::ipc);
-  EXPECT_EQ(resolve_path(GpuPath::ipc, recs), Path::ipc);
+  EXPECT_EQ(resolve_path(GpuPath::automatic, recs, false), Path::ipc);
+  EXPECT_EQ(resolve_path(GpuPath::ipc, recs, false), Path::ipc);
   recs[2].node = 10;
-  EXPECT_EQ(resolve_path(GpuPath::automatic, recs), Path::staged);
+  EXPECT_EQ(resolve_path(GpuPath::automatic, recs, false), Path::staged);
   try {
-    resolve_path(GpuPath::ipc, recs);
+    resolve_path(GpuPath::ipc, recs, false);
     ADD_FAILURE() << "forced IPC across nodes must fail";
   } catch (const UnsupportedError& e) {
     EXPECT_NE(std::string(e.what()).find("rank 2"), std::string::npos) << e.what();
@@ -331,18 +351,57 @@ TEST(DevicePlan, PathIsIpcOnlyWhenEveryRankCanAndSharesANode) {
   recs[2].node = 9;
   recs[1].exportable = false;
   recs[1].reason = "pool memory";
-  EXPECT_EQ(resolve_path(GpuPath::automatic, recs), Path::staged);
+  EXPECT_EQ(resolve_path(GpuPath::automatic, recs, false), Path::staged);
   try {
-    resolve_path(GpuPath::ipc, recs);
+    resolve_path(GpuPath::ipc, recs, false);
     ADD_FAILURE() << "forced IPC with an unexportable buffer must fail";
   } catch (const UnsupportedError& e) {
     EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("pool memory"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(coll::device::exchanges_records(GpuPath::staged, 4));
+  EXPECT_TRUE(coll::device::exchanges_records(GpuPath::direct, 2));
   EXPECT_FALSE(coll::device::exchanges_records(GpuPath::automatic, 1));
   EXPECT_TRUE(coll::device::exchanges_records(GpuPath::automatic, 2));
   EXPECT_EQ(coll::device::node_identity(), coll::device::node_identity());
+}
+
+TEST(DevicePlan, DirectPathWhenEveryTransportMovesDeviceMemoryAndIpcCannot) {
+  using coll::device::Path;
+  using coll::device::resolve_path;
+  std::vector<PeerRecord> recs(3);
+  for (auto& r : recs) {
+    r.exportable = true;
+    r.device_payloads = true;
+    r.node = 9;
+  }
+  // One node, IPC possible: auto prefers IPC; direct is taken only when asked for.
+  EXPECT_EQ(resolve_path(GpuPath::automatic, recs, true), Path::ipc);
+  EXPECT_EQ(resolve_path(GpuPath::direct, recs, true), Path::direct);
+  // Collectives without a direct path choose as with auto.
+  EXPECT_EQ(resolve_path(GpuPath::direct, recs, false), Path::ipc);
+  // Across nodes: direct under auto, where built.
+  recs[1].node = 10;
+  EXPECT_EQ(resolve_path(GpuPath::automatic, recs, true), Path::direct);
+  EXPECT_EQ(resolve_path(GpuPath::automatic, recs, false), Path::staged);
+  // One transport that cannot: auto stages, direct fails naming the rank.
+  recs[2].device_payloads = false;
+  EXPECT_EQ(resolve_path(GpuPath::automatic, recs, true), Path::staged);
+  try {
+    resolve_path(GpuPath::direct, recs, true);
+    ADD_FAILURE() << "forced direct with a transport that cannot move device memory must fail";
+  } catch (const UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 2"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(resolve_path(GpuPath::direct, recs, false), Path::staged);
+
+  // The flag travels in the record.
+  PeerRecord rec;
+  rec.device_payloads = true;
+  EXPECT_TRUE(PeerRecord::deserialize(rec.serialize()).device_payloads);
+  EXPECT_FALSE(PeerRecord::deserialize(rec.serialize()).exportable);
+  rec.device_payloads = false;
+  EXPECT_FALSE(PeerRecord::deserialize(rec.serialize()).device_payloads);
 }
 
 // A segment's host work that records what it saw and transforms it, so the
@@ -427,13 +486,15 @@ Config config_with(GpuPath path) {
 }
 
 // Every dtype x op, several counts, in place and out of place, on fake device
-// buffers; checks the path taken.
-void check_allreduce_paths(int n, GpuPath setting, LastPath want) {
+// buffers; checks the path taken. `moves_device_memory`: the transports
+// accept device payloads (the direct path), through the fake's payload copy.
+void check_allreduce_paths(int n, GpuPath setting, LastPath want, bool moves_device_memory = false,
+                           std::vector<std::size_t> counts = {1, 7, 45, 301},
+                           TransportKind kind = TransportKind::inproc) {
   FakeDevice dev(40);
   coll::device::ScopedBackend use(dev);
-  const std::size_t counts[] = {1, 7, 45, 301};
   auto outcomes = run_ranks(
-      n, TransportKind::inproc,
+      n, kind,
       [&](Communicator& comm) {
         for (DataType t : kAllTypes) {
           const std::size_t es = dtype_size(t);
@@ -462,9 +523,19 @@ void check_allreduce_paths(int n, GpuPath setting, LastPath want) {
           }
         }
       },
-      config_with(setting));
+      config_with(setting), nullptr, moves_device_memory ? dev.payload_copy() : nullptr);
   expect_all_ok(outcomes);
   EXPECT_EQ(dev.begins.load(), dev.completes.load()) << "every call makes the caller's stream wait for it";
+  EXPECT_EQ(dev.host_payloads.load(), 0) << "the transport was handed host memory as device memory";
+  // (UCX takes the fake's device payloads as host memory, without the fake's copy.)
+  if (want == LastPath::direct) {
+    if (kind == TransportKind::inproc) {
+      EXPECT_GT(dev.device_payloads.load(), 0) << "the direct path handed the transport no device memory";
+    }
+    EXPECT_EQ(dev.stagings.load(), 0) << "the direct path staged through host memory";
+  } else {
+    EXPECT_EQ(dev.device_payloads.load(), 0);
+  }
 }
 
 TEST(DevicePaths, StagedAllreduceEveryDtypeOpOnTwoAndThreeRanks) {
@@ -476,7 +547,81 @@ TEST(DevicePaths, IpcAllreduceEveryDtypeOpOnTwoToFourRanks) {
   for (int n = 2; n <= 4; ++n) check_allreduce_paths(n, GpuPath::ipc, LastPath::ipc);
 }
 
-TEST(DevicePaths, AutoTakesIpcOnOneNode) { check_allreduce_paths(2, GpuPath::automatic, LastPath::ipc); }
+TEST(DevicePaths, AutoTakesIpcOnOneNode) {
+  check_allreduce_paths(2, GpuPath::automatic, LastPath::ipc);
+  check_allreduce_paths(2, GpuPath::automatic, LastPath::ipc, /*moves_device_memory=*/true);
+}
+
+// The direct path: the ring over device buffers, payloads handed to the
+// transport in device memory, reductions on the (fake) device. The fake runs a
+// reduction only when the code waits for it, so a reduced chunk sent before
+// its kernel finished arrives stale and the result is wrong. 3001 elements
+// make several chunks per segment (4 KiB chunks), so the pipeline runs.
+TEST(DevicePaths, DirectAllreduceEveryDtypeOpOnTwoToFourRanks) {
+  for (int n = 2; n <= 4; ++n)
+    check_allreduce_paths(n, GpuPath::direct, LastPath::direct, true, {1, 7, 45, 301, 3001});
+}
+
+// The same over UCX: its bare device-payload messages (here as host memory).
+TEST(DevicePaths, DirectAllreduceOverUcx) {
+  check_allreduce_paths(3, GpuPath::direct, LastPath::direct, true, {1, 45, 3001}, TransportKind::ucx);
+}
+
+// With auto, a rank that cannot export for IPC makes every rank take the
+// direct path when every transport moves device memory.
+TEST(DevicePaths, AutoTakesDirectWhenIpcIsImpossible) {
+  FakeDevice dev(40);
+  coll::device::ScopedBackend use(dev);
+  constexpr int n = 3;
+  constexpr std::size_t count = 2000;
+  auto outcomes = run_ranks(
+      n, TransportKind::inproc,
+      [&](Communicator& comm) {
+        std::byte* buf = dev.allocate(count * 4);
+        if (comm.rank() == 1) dev.deny_export(buf);
+        for (std::size_t i = 0; i < count; ++i)
+          store(DataType::f32, buf, i, input(DataType::f32, ReduceOp::sum, comm.rank(), i));
+        comm.allreduce(buf, buf, count, DataType::f32, ReduceOp::sum);
+        dev.drain_this_thread();
+        if (coll::device::last_allreduce_path() != LastPath::direct)
+          throw std::runtime_error("auto did not take the direct path");
+        for (std::size_t i = 0; i < count; ++i)
+          if (load(DataType::f32, buf, i) != expected(DataType::f32, ReduceOp::sum, n, i))
+            throw std::runtime_error(cat("element ", i, " is wrong"));
+      },
+      config_with(GpuPath::automatic), nullptr, dev.payload_copy());
+  expect_all_ok(outcomes);
+  EXPECT_EQ(dev.stagings.load(), 0);
+}
+
+// ANTDT_GPU_PATH=direct where the transports cannot move device memory:
+// every rank fails alike, naming the first such rank, and the communicator
+// stays usable (the next call, staged, works).
+TEST(DevicePaths, ForcedDirectFailsTogetherWhenATransportCannot) {
+  FakeDevice dev(40);
+  coll::device::ScopedBackend use(dev);
+  constexpr int n = 3;
+  constexpr std::size_t count = 10;
+  auto outcomes = run_ranks(
+      n, TransportKind::inproc,
+      [&](Communicator& comm) {
+        std::byte* buf = dev.allocate(count * 4);
+        for (std::size_t i = 0; i < count; ++i) store(DataType::i32, buf, i, 1.0);
+        try {
+          comm.allreduce(buf, buf, count, DataType::i32, ReduceOp::sum);
+          throw std::runtime_error("forced direct without device payloads did not fail");
+        } catch (const UnsupportedError& e) {
+          if (std::string(e.what()).find("rank 0's transport cannot move device memory") == std::string::npos)
+            throw std::runtime_error(cat("wrong reason: ", e.what()));
+        }
+        dev.drain_this_thread();
+        comm.broadcast(buf, buf, count, DataType::i32, 0);  // no direct path: chosen as with auto
+        dev.drain_this_thread();
+        if (load(DataType::i32, buf, 0) != 1.0) throw std::runtime_error("the communicator is not usable after");
+      },
+      config_with(GpuPath::direct));
+  expect_all_ok(outcomes);
+}
 
 // One rank (`denier`) cannot export its buffer: with auto every rank stages
 // the call (and gets the right result), with ipc every rank fails with
