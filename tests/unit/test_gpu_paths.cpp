@@ -596,7 +596,7 @@ TEST(DevicePaths, AutoTakesDirectWhenIpcIsImpossible) {
 
 // ANTDT_GPU_PATH=direct where the transports cannot move device memory:
 // every rank fails alike, naming the first such rank, and the communicator
-// stays usable (the next call, staged, works).
+// stays usable (the next call, a Broadcast, which has no direct path, works).
 TEST(DevicePaths, ForcedDirectFailsTogetherWhenATransportCannot) {
   FakeDevice dev(40);
   coll::device::ScopedBackend use(dev);
