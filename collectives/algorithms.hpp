@@ -8,32 +8,13 @@ namespace antdt::coll {
 
 // Pipelined ring: reduce-scatter then allgather, each rank's segment split in
 // chunks of ANTDT_CHUNK_BYTES; a chunk is forwarded as soon as it is reduced.
+// Copies and reductions go through call.memory() (device memory and kernels
+// on the direct GPU path), as in every algorithm that may carry device payloads.
 // Runs over `members` in that order (every rank of the communicator when empty);
 // the calling rank must be one of them.
 void allreduce_ring(Call& call, const std::byte* send, std::byte* recv, std::size_t count, DataType dtype,
                     ReduceOp op, std::span<const int> members = {});
 
-// Where a ring's buffers live and what computes on them. The host ring uses
-// host memory and the CPU kernels; the direct GPU path
-// (collectives/device_collectives.cpp) runs the same ring, message for
-// message, on device buffers with the device kernels, its Call carrying
-// device payloads.
-class RingMemory {
- public:
-  virtual ~RingMemory() = default;
-  // Receive slots for `bytes` (the call's scratch, or device scratch).
-  virtual std::span<std::byte> scratch(Call& call, std::size_t bytes) = 0;
-  virtual void copy(std::byte* dst, const std::byte* src, std::size_t bytes) = 0;
-  // dst = a (op) b, elementwise; avg reduces as sum.
-  virtual void reduce_into(DataType dtype, ReduceOp op, std::span<std::byte> dst, std::span<const std::byte> a,
-                           std::span<const std::byte> b) = 0;
-  virtual void finish_avg(DataType dtype, std::span<std::byte> data, std::size_t nranks) = 0;
-  // Returns once the copies and reductions so far have landed: a reduced
-  // chunk is sent on only after this (the device runs them asynchronously).
-  virtual void settle() = 0;
-};
-void allreduce_ring(Call& call, RingMemory& memory, const std::byte* send, std::byte* recv, std::size_t count,
-                    DataType dtype, ReduceOp op, std::span<const int> members = {});
 
 // Pipelined chain root -> root+1 -> ... (large messages).
 void broadcast_chain(Call& call, const std::byte* send, std::byte* recv, std::size_t bytes, int root);

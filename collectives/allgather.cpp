@@ -11,7 +11,6 @@
 #include "collectives/algorithms.hpp"
 
 #include <algorithm>
-#include <cstring>
 
 namespace antdt::coll {
 namespace {
@@ -25,7 +24,10 @@ void allgather_ring(Call& call, const std::byte* send, std::byte* recv, std::spa
   const std::size_t n = static_cast<std::size_t>(call.size());
   const std::size_t r = static_cast<std::size_t>(call.rank());
   std::byte* own = recv + displs[r] * esize;
-  if (send != own && counts[r] > 0) std::memcpy(own, send, counts[r] * esize);
+  if (send != own) {
+    call.memory().copy(own, send, counts[r] * esize);
+    call.memory().settle();  // the own block is sent from recv
+  }
   if (n == 1) return;
 
   const std::size_t chunk_elems = std::max<std::size_t>(1, call.config().chunk_bytes / esize);

@@ -49,33 +49,11 @@ struct Cursor {
   std::size_t step = 0, chunk = 0, index = 0;  // index: position in the walk
 };
 
-// Host memory and the CPU kernels.
-class HostRingMemory final : public RingMemory {
- public:
-  std::span<std::byte> scratch(Call& call, std::size_t bytes) override { return call.scratch(bytes); }
-  void copy(std::byte* dst, const std::byte* src, std::size_t bytes) override {
-    if (bytes > 0) std::memcpy(dst, src, bytes);
-  }
-  void reduce_into(DataType dtype, ReduceOp op, std::span<std::byte> dst, std::span<const std::byte> a,
-                   std::span<const std::byte> b) override {
-    antdt::reduce_into(dtype, op, dst, a, b);
-  }
-  void finish_avg(DataType dtype, std::span<std::byte> data, std::size_t nranks) override {
-    antdt::finish_avg(dtype, data, nranks);
-  }
-  void settle() override {}
-};
-
 }  // namespace
 
 void allreduce_ring(Call& call, const std::byte* send, std::byte* recv, std::size_t count, DataType dtype,
                     ReduceOp op, std::span<const int> members) {
-  HostRingMemory host;
-  allreduce_ring(call, host, send, recv, count, dtype, op, members);
-}
-
-void allreduce_ring(Call& call, RingMemory& memory, const std::byte* send, std::byte* recv, std::size_t count,
-                    DataType dtype, ReduceOp op, std::span<const int> members) {
+  CallMemory& memory = call.memory();
   // The ring runs over `members` (all ranks when empty), in that order.
   const std::size_t n = members.empty() ? static_cast<std::size_t>(call.size()) : members.size();
   std::size_t r = static_cast<std::size_t>(call.rank());

@@ -11,7 +11,6 @@
 #include "collectives/algorithms.hpp"
 
 #include <algorithm>
-#include <cstring>
 
 namespace antdt::coll {
 namespace {
@@ -23,7 +22,7 @@ constexpr std::size_t kSendWindow = 4;
 void alltoall_pairwise(Call& call, const std::byte* send, std::byte* recv, std::size_t bytes) {
   const std::size_t n = static_cast<std::size_t>(call.size());
   const std::size_t r = static_cast<std::size_t>(call.rank());
-  if (bytes > 0) std::memcpy(recv + r * bytes, send + r * bytes, bytes);
+  call.memory().copy(recv + r * bytes, send + r * bytes, bytes);  // sent from nowhere: no settle
   // Indexes: the receive of step s is s - 1, its send n - 2 + s.
   for (std::size_t s = 1; s < n; ++s) {
     const std::size_t from = (r + n - s) % n;

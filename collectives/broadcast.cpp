@@ -7,7 +7,6 @@
 #include "collectives/algorithms.hpp"
 
 #include <algorithm>
-#include <cstring>
 
 namespace antdt::coll {
 
@@ -23,7 +22,10 @@ void broadcast_chain(Call& call, const std::byte* send, std::byte* recv, std::si
     return std::pair(begin, std::min(bytes, begin + chunk) - begin);
   };
   if (v == 0) {
-    if (send != recv && bytes > 0) std::memcpy(recv, send, bytes);
+    if (send != recv) {
+      call.memory().copy(recv, send, bytes);
+      call.memory().settle();
+    }
     for (std::size_t c = 0; c < chunks; ++c) {
       auto [begin, len] = piece(c);
       call.send(c, next, std::span(recv + begin, len));
@@ -51,7 +53,10 @@ void broadcast_binomial_tree(Call& call, const std::byte* send, std::byte* recv,
   const int n = call.size();
   const int v = (call.rank() - root + n) % n;
   auto real = [&](int virtual_rank) { return (virtual_rank + root) % n; };
-  if (v == 0 && send != recv && bytes > 0) std::memcpy(recv, send, bytes);
+  if (v == 0 && send != recv) {
+    call.memory().copy(recv, send, bytes);
+    call.memory().settle();
+  }
   const std::span<std::byte> payload(recv, bytes);
   int mask = 1;
   while (mask < n) {

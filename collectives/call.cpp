@@ -2,12 +2,14 @@
 
 #include "collectives/step_timing.hpp"
 
+#include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/shm_channel.hpp"
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 namespace antdt::coll {
@@ -177,11 +179,37 @@ bool Call::cancel(std::size_t index) {
   return false;
 }
 
-void Call::carry_device_payloads() {
+namespace {
+
+class HostMemory final : public CallMemory {
+ public:
+  std::span<std::byte> scratch(Call& call, std::size_t bytes) override { return call.scratch(bytes); }
+  void copy(std::byte* dst, const std::byte* src, std::size_t bytes) override {
+    if (bytes > 0 && dst != src) std::memcpy(dst, src, bytes);
+  }
+  void reduce_into(DataType dtype, ReduceOp op, std::span<std::byte> dst, std::span<const std::byte> a,
+                   std::span<const std::byte> b) override {
+    antdt::reduce_into(dtype, op, dst, a, b);
+  }
+  void finish_avg(DataType dtype, std::span<std::byte> data, std::size_t nranks) override {
+    antdt::finish_avg(dtype, data, nranks);
+  }
+  void settle() override {}
+};
+
+}  // namespace
+
+CallMemory& host_memory() noexcept {
+  static HostMemory host;
+  return host;
+}
+
+void Call::carry_device_payloads(CallMemory& device) {
   if (!comm_.transport().device_payloads())
     raise<UnsupportedError>(sig_.describe(), ": the ", comm_.transport().name(),
                             " transport cannot move device memory");
   device_payloads_ = true;
+  memory_ = &device;
 }
 
 std::size_t Call::send(std::size_t index, int peer, std::span<const std::byte> payload) {

@@ -43,6 +43,29 @@ struct Signature {
   std::string describe() const;  // "allreduce(count=10, f32, sum, ring)"
 };
 
+class Call;
+
+// Where a call's buffers live and what copies and reduces them: host memory
+// and the CPU kernels for every call, unless it carries device payloads (the
+// direct GPU path: device memory and the device kernels, asynchronous on a
+// stream). Algorithms that may run on either copy and reduce through
+// Call::memory() and settle() before they send what they copied or reduced.
+class CallMemory {
+ public:
+  virtual ~CallMemory() = default;
+  // Receive slots of `bytes` (host: the call's scratch).
+  virtual std::span<std::byte> scratch(Call& call, std::size_t bytes) = 0;
+  virtual void copy(std::byte* dst, const std::byte* src, std::size_t bytes) = 0;
+  // dst = a (op) b, elementwise; avg reduces as sum.
+  virtual void reduce_into(DataType dtype, ReduceOp op, std::span<std::byte> dst, std::span<const std::byte> a,
+                           std::span<const std::byte> b) = 0;
+  virtual void finish_avg(DataType dtype, std::span<std::byte> data, std::size_t nranks) = 0;
+  // Returns once the copies and reductions so far have landed, so that the
+  // transport may read them (host: at once).
+  virtual void settle() = 0;
+};
+CallMemory& host_memory() noexcept;
+
 class Call {
  public:
   Call(detail::CommImpl& comm, const Signature& sig);
@@ -76,13 +99,14 @@ class Call {
   std::span<std::byte> scratch(std::size_t bytes) { return comm_.scratch(bytes); }
 
   // From here on this call's payloads are in device memory (the direct GPU
-  // path): send and recv post bare device-payload messages
-  // (Transport::post_send_device), and a receive is checked by its length
-  // alone, since bare messages carry no header. So only for a call that every
-  // rank makes right after a headed exchange that checked the signature (the
-  // direct AllReduce's record exchange). UnsupportedError when the transport
-  // cannot move device memory.
-  void carry_device_payloads();
+  // path) and `device` copies and reduces them: send and recv post bare
+  // device-payload messages (Transport::post_send_device), and a receive is
+  // checked by its length alone, since bare messages carry no header. So only
+  // for a call that every rank makes right after a headed exchange that
+  // checked the signature (the direct path's record exchange).
+  // UnsupportedError when the transport cannot move device memory.
+  void carry_device_payloads(CallMemory& device);
+  CallMemory& memory() noexcept { return *memory_; }
 
   // Posts into pool slot `index` (the algorithm numbers its operations; indexes
   // must be unique within the call). Returns the slot index for wait().
@@ -134,6 +158,7 @@ class Call {
   std::size_t base_ = 0;
   bool sequenced_ = false;
   bool device_payloads_ = false;
+  CallMemory* memory_ = &host_memory();
 };
 
 }  // namespace antdt::coll

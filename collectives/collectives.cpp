@@ -193,10 +193,15 @@ void check_transfer(const detail::CommImpl& comm, const void* buf, std::size_t c
 }
 
 // ---- running (arguments already checked) ----
-void run_broadcast(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype, int root) {
+// `device` (the direct GPU path, docs/gpu.md): the buffers are device memory,
+// handed to the transport as they are and copied and reduced by `device`;
+// null for host memory. Every run_* below takes it.
+void run_broadcast(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype, int root,
+                   CallMemory* device = nullptr) {
   const std::size_t n = count * dtype_size(dtype);
   const Algo algo = n <= kBroadcastTreeMaxBytes ? Algo::binomial_tree : Algo::chain;
   Call call(comm, Signature{Kind::broadcast, count, dtype, ReduceOp::sum, root, algo});
+  if (device != nullptr) call.carry_device_payloads(*device);
   if (comm.size() == 1) {
     if (send != recv && n > 0) std::memcpy(recv, send, n);
     return;
@@ -213,13 +218,14 @@ void run_barrier(detail::CommImpl& comm) {
 }
 
 void run_reduce_scatter(detail::CommImpl& comm, const void* send, void* recv, std::size_t recv_count, DataType dtype,
-                        ReduceOp op) {
+                        ReduceOp op, CallMemory* device = nullptr) {
   Call call(comm, Signature{Kind::reduce_scatter, recv_count, dtype, op, -1, Algo::ring});
+  if (device != nullptr) call.carry_device_payloads(*device);
   reduce_scatter_ring(call, bytes(send), bytes(recv), recv_count, dtype, op);
 }
 
 void run_allgatherv(detail::CommImpl& comm, const void* send, void* recv, std::span<const std::size_t> counts,
-                    std::span<const std::size_t> displs, DataType dtype) {
+                    std::span<const std::size_t> displs, DataType dtype, CallMemory* device = nullptr) {
   // The counts are in the signature (as a hash), so ranks that disagree on any
   // rank's count fail at the first message instead of misplacing data.
   std::uint64_t layout = 0xcbf29ce484222325ULL;
@@ -229,6 +235,7 @@ void run_allgatherv(detail::CommImpl& comm, const void* send, void* recv, std::s
     total += c;
   }
   Call call(comm, Signature{Kind::allgatherv, total, dtype, ReduceOp::sum, -1, Algo::ring, layout | 1});
+  if (device != nullptr) call.carry_device_payloads(*device);
   allgather_ring(call, bytes(send), bytes(recv), counts, displs, dtype_size(dtype));
 }
 
@@ -246,10 +253,11 @@ void run_allgather(detail::CommImpl& comm, const void* send, void* recv, std::si
 }
 
 void run_reduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
-                int root) {
+                int root, CallMemory* device = nullptr) {
   const std::size_t n = count * dtype_size(dtype);
   const Algo algo = n <= kReduceTreeMaxBytes ? Algo::binomial_tree : Algo::chain;
   Call call(comm, Signature{Kind::reduce, count, dtype, op, root, algo});
+  if (device != nullptr) call.carry_device_payloads(*device);
   if (comm.size() == 1) {
     if (send != recv && n > 0) std::memcpy(recv, send, n);
     return;
@@ -260,15 +268,18 @@ void run_reduce(detail::CommImpl& comm, const void* send, void* recv, std::size_
     reduce_binomial_tree(call, bytes(send), bytes(recv), count, dtype, op, root);
 }
 
-void run_alltoall(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype) {
+void run_alltoall(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype,
+                  CallMemory* device = nullptr) {
   const std::size_t block = count * dtype_size(dtype);
   const std::size_t total = block * static_cast<std::size_t>(comm.size());
   Call call(comm, Signature{Kind::alltoall, count, dtype, ReduceOp::sum, -1, Algo::pairwise});
+  if (device != nullptr) call.carry_device_payloads(*device);
   const std::byte* from = bytes(send);
   if (send == recv && total > 0) {
     // In place: every block is overwritten before it may have been sent.
-    auto copy = call.scratch(total);
-    std::memcpy(copy.data(), send, total);
+    auto copy = call.memory().scratch(call, total);
+    call.memory().copy(copy.data(), bytes(send), total);
+    call.memory().settle();
     from = copy.data();
   }
   alltoall_pairwise(call, from, bytes(recv), block);
@@ -385,24 +396,25 @@ void run_allreduce(detail::CommImpl& comm, const void* send, void* recv, std::si
 // through these, so blocking, grouped and non-blocking calls all take the
 // device path when a buffer is device memory; host buffers run as before.
 // ---------------------------------------------------------------------------
-void host_broadcast(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype,
-                    int root) {
-  run_broadcast(comm, send, recv, count, dtype, root);
+void plain_broadcast(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype,
+                     int root, CallMemory* device) {
+  run_broadcast(comm, send, recv, count, dtype, root, device);
 }
-void host_reduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
-                 int root) {
-  run_reduce(comm, send, recv, count, dtype, op, root);
+void plain_reduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+                  int root, CallMemory* device) {
+  run_reduce(comm, send, recv, count, dtype, op, root, device);
 }
-void host_reduce_scatter(detail::CommImpl& comm, const void* send, void* recv, std::size_t recv_count,
-                         DataType dtype, ReduceOp op) {
-  run_reduce_scatter(comm, send, recv, recv_count, dtype, op);
+void plain_reduce_scatter(detail::CommImpl& comm, const void* send, void* recv, std::size_t recv_count,
+                          DataType dtype, ReduceOp op, CallMemory* device) {
+  run_reduce_scatter(comm, send, recv, recv_count, dtype, op, device);
 }
-void host_allgatherv(detail::CommImpl& comm, const void* send, void* recv, std::span<const std::size_t> counts,
-                     std::span<const std::size_t> displs, DataType dtype) {
-  run_allgatherv(comm, send, recv, counts, displs, dtype);
+void plain_allgatherv(detail::CommImpl& comm, const void* send, void* recv, std::span<const std::size_t> counts,
+                      std::span<const std::size_t> displs, DataType dtype, CallMemory* device) {
+  run_allgatherv(comm, send, recv, counts, displs, dtype, device);
 }
-void host_alltoall(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype) {
-  run_alltoall(comm, send, recv, count, dtype);
+void plain_alltoall(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype,
+                    CallMemory* device) {
+  run_alltoall(comm, send, recv, count, dtype, device);
 }
 
 namespace {

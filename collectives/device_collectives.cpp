@@ -1,4 +1,4 @@
-// Collectives on device buffers: the staged and IPC paths
+// Collectives on device buffers: the staged, IPC and direct paths
 // (collectives/device_collectives.hpp, docs/gpu.md). Compiled in every build;
 // all device work goes through cuda::DeviceBackend.
 #include "collectives/device_collectives.hpp"
@@ -187,8 +187,6 @@ void run_segmented(cuda::DeviceWork& work, detail::CommImpl& comm, const char* w
 // ---------------------------------------------------------------------------
 // IPC AllReduce
 // ---------------------------------------------------------------------------
-void ipc_reduce_and_gather(detail::CommImpl& comm, cuda::DeviceWork& work, const std::vector<PeerRecord>& records,
-                           const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op);
 
 // What this rank tells its peers before an IPC call: its node, and the
 // handles of `send` and `recv` (both exported, or the reason why not).
@@ -199,9 +197,7 @@ PeerRecord export_record(cuda::DeviceWork& work, const void* send, const void* r
     mine.reason = "a buffer is host memory";
     return mine;
   }
-  // Both buffers are device memory: the transport may take them as they are,
-  // if it can (exchange_records asks it).
-  mine.device_payloads = true;
+  mine.device_buffers = true;
   std::optional<cuda::IpcHandle> send_handle = work.ipc_export(send, bytes, &mine.reason);
   std::optional<cuda::IpcHandle> recv_handle =
       send == recv ? send_handle : (send_handle ? work.ipc_export(recv, bytes, &mine.reason) : std::nullopt);
@@ -223,7 +219,7 @@ std::vector<PeerRecord> exchange_records(detail::CommImpl& comm, const PeerRecor
   std::vector<std::size_t> counts(n, kRecord), displs(n);
   for (std::size_t r = 0; r < n; ++r) displs[r] = r * kRecord;
   PeerRecord sent = mine;
-  sent.device_payloads = mine.device_payloads && comm.transport().device_payloads();
+  sent.transport_moves_device_memory = comm.transport().device_payloads();
   const PeerRecord::Wire wire = sent.serialize();
   Call call(comm, sig);
   allgather_ring(call, wire.data(), all.data(), counts, displs, 1);
@@ -233,36 +229,87 @@ std::vector<PeerRecord> exchange_records(detail::CommImpl& comm, const PeerRecor
   return records;
 }
 
-// The frame of every one-pass IPC collective (Broadcast, Reduce,
-// ReduceScatter, AllGather(V), AlltoAll): when ANTDT_GPU_PATH allows IPC,
-// wait until the caller's stream work is done (peers read this rank's buffers
-// as soon as they have its record), exchange the records, and agree on the
-// path (false, on every rank alike: stage the call instead). Then `body`
-// enqueues the copies or reductions from the peers' mapped buffers, the host
-// waits for them, and a barrier keeps every rank's buffers unchanged until
-// all peers have read them. `base` is the call's signature; the exchange and
-// the barrier carry it with the protocol's own layouts, so a rank on another
-// path fails with MismatchError.
-bool run_ipc(detail::CommImpl& comm, cuda::DeviceWork& work, const char* what, const Signature& base,
-             std::uint64_t exchange_layout, std::uint64_t done_layout, const std::function<PeerRecord()>& record,
-             const std::function<void(const std::vector<PeerRecord>&)>& body) {
+// The direct path's memory: the device buffers, scratch and kernels of the
+// call's work; what was copied or reduced goes to the transport only once the
+// host has seen the work finish (settle), since the transport reads device
+// memory outside the work stream's order.
+class DeviceCallMemory final : public CallMemory {
+ public:
+  DeviceCallMemory(cuda::DeviceWork& work, const detail::CommImpl& comm, const char* what)
+      : work_(work), comm_(comm), what_(what) {}
+  std::span<std::byte> scratch(Call&, std::size_t bytes) override { return {work_.scratch(bytes), bytes}; }
+  void copy(std::byte* dst, const std::byte* src, std::size_t bytes) override { work_.copy(dst, src, bytes); }
+  void reduce_into(DataType dtype, ReduceOp op, std::span<std::byte> dst, std::span<const std::byte> a,
+                   std::span<const std::byte> b) override {
+    if (!dst.empty()) work_.reduce_into(dtype, op, dst.data(), a.data(), b.data(), dst.size() / dtype_size(dtype));
+  }
+  void finish_avg(DataType dtype, std::span<std::byte> data, std::size_t nranks) override {
+    if (!data.empty()) work_.finish_avg(dtype, data.data(), data.size() / dtype_size(dtype), nranks);
+  }
+  void settle() override { wait_device(work_, comm_, what_, "a copy or reduction before its send"); }
+
+ private:
+  cuda::DeviceWork& work_;
+  const detail::CommImpl& comm_;
+  const char* what_;
+};
+
+LastPath last_of(Path path) {
+  switch (path) {
+    case Path::ipc: return LastPath::ipc;
+    case Path::direct: return LastPath::direct;
+    case Path::staged: break;
+  }
+  return LastPath::staged;
+}
+
+// The frame of every collective's IPC and direct paths. When ANTDT_GPU_PATH
+// allows either: wait until the caller's stream work is done (peers, or the
+// transport, read this rank's buffers as soon as it has sent its record),
+// exchange the records, and agree on the path; staged (on every rank alike)
+// leaves the call to the caller. Then:
+//  - ipc: `ipc` enqueues the copies or reductions from the peers' mapped
+//    buffers, the host waits for them, and a barrier keeps every rank's
+//    buffers unchanged until all peers have read them;
+//  - direct: `direct` runs the collective's algorithm on the device buffers
+//    (its Call carrying device payloads, its copies and reductions on the
+//    device), and the host waits for the last kernels (the device scratch is
+//    reused by the next call).
+// `base` is the call's signature; the exchange and the barrier carry it with
+// the protocol's own layouts, so a rank on another path fails with
+// MismatchError. The direct path's bare messages carry no signature: the
+// headed exchange before them is what checks that every rank is in this call.
+Path run_agreed(detail::CommImpl& comm, cuda::DeviceWork& work, const char* what, const Signature& base,
+                std::uint64_t exchange_layout, std::uint64_t done_layout, const std::function<PeerRecord()>& record,
+                const std::function<void(const std::vector<PeerRecord>&)>& ipc,
+                const std::function<void(CallMemory&)>& direct) {
   const Config& cfg = comm.config();
-  if (!exchanges_records(cfg.gpu_path, comm.size())) return false;
-  wait_device(work, comm, what, "the caller's stream work before the IPC exchange");
+  if (!exchanges_records(cfg.gpu_path, comm.size())) return Path::staged;
+  wait_device(work, comm, what, "the caller's stream work before the path exchange");
   Signature exchange = base, done = base;
   exchange.algo = Algo::none;
   exchange.layout = exchange_layout;
   done.algo = Algo::dissemination;
   done.layout = done_layout;
   const std::vector<PeerRecord> records = exchange_records(comm, record(), exchange);
-  if (resolve_path(cfg.gpu_path, records, /*direct_built=*/false) == Path::staged) return false;
+  // Every rank decides the same here, so a refusal (UnsupportedError with
+  // ANTDT_GPU_PATH=ipc or direct) leaves the communicator usable.
+  const Path path = resolve_path(cfg.gpu_path, records);
+  if (path == Path::staged) return path;
   failing_together(comm, what, [&] {
-    body(records);
+    if (path == Path::direct) {
+      cuda::NvtxRange range("antdt direct");
+      DeviceCallMemory memory(work, comm, what);
+      direct(memory);
+      wait_device(work, comm, what, "the last copies and reductions of the direct path");
+      return;
+    }
+    ipc(records);
     wait_device(work, comm, what, "the copies and reductions from the peers' buffers");
     Call call(comm, done);
     barrier_dissemination(call);
   });
-  return true;
+  return path;
 }
 
 // out = own (op) peer(q) for every other rank q in rank order, `count`
@@ -281,22 +328,30 @@ void reduce_own_then_peers(cuda::DeviceWork& work, const detail::CommImpl& comm,
   if (op == ReduceOp::avg) work.finish_avg(dtype, out, count, static_cast<std::size_t>(n));
 }
 
-// A record that refuses IPC for this rank (every rank then stages, or fails
-// with ANTDT_GPU_PATH=ipc, naming `reason`).
-PeerRecord refusing(PeerRecord record, const char* reason) {
+// A record that refuses IPC for this rank (every rank then takes another
+// path, or fails with ANTDT_GPU_PATH=ipc, naming `reason`).
+PeerRecord refusing_ipc(PeerRecord record, const char* reason) {
   record.exportable = false;
   record.reason = reason;
   return record;
 }
+// A record for a rank whose result goes to host memory: neither IPC nor the
+// direct path can write it.
+PeerRecord host_result(PeerRecord record) {
+  record.device_buffers = false;
+  return refusing_ipc(std::move(record), "a buffer is host memory");
+}
 
-// Broadcast: the root exports its source (send) and recv, the others their
-// recv (as both); every non-root copies the root's source straight into its recv.
-bool ipc_broadcast(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv, std::size_t count,
+// Broadcast. IPC: the root exports its source (send) and recv, the others
+// their recv (as both); every non-root copies the root's source straight into
+// its recv. Direct: the host broadcast on the device buffers (so for every
+// collective below).
+Path agreed_broadcast(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv, std::size_t count,
                    DataType dtype, int root) {
   const bool is_root = comm.rank() == root;
   const std::size_t bytes = count * dtype_size(dtype);
-  return run_ipc(
-      comm, work, "broadcast (ipc)", Signature{Kind::broadcast, count, dtype, ReduceOp::sum, root},
+  return run_agreed(
+      comm, work, "broadcast (device)", Signature{Kind::broadcast, count, dtype, ReduceOp::sum, root},
       kIpcBroadcastExchangeLayout, kIpcBroadcastDoneLayout,
       [&] { return export_record(work, is_root ? send : recv, recv, bytes); },
       [&](const std::vector<PeerRecord>& records) {
@@ -305,37 +360,39 @@ bool ipc_broadcast(detail::CommImpl& comm, cuda::DeviceWork& work, const void* s
           work.copy(recv, work.ipc_map(records[static_cast<std::size_t>(root)].send), bytes);
         else if (send != recv)
           work.copy(recv, send, bytes);
-      });
+      },
+      [&](CallMemory& memory) { plain_broadcast(comm, send, recv, count, dtype, root, &memory); });
 }
 
-// ReduceScatter: rank r reduces block r from every rank's mapped send buffer
-// straight into its recv. In place (recv is block r of send) rank r writes
+// ReduceScatter (IPC): rank r reduces block r from every rank's mapped send
+// buffer straight into its recv. In place (recv is block r of send) rank r writes
 // only its own block r, which no peer reads.
-bool ipc_reduce_scatter(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv,
+Path agreed_reduce_scatter(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv,
                         std::size_t recv_count, DataType dtype, ReduceOp op) {
   const std::size_t block = recv_count * dtype_size(dtype);
   const std::size_t at = static_cast<std::size_t>(comm.rank()) * block;
-  return run_ipc(
-      comm, work, "reduce_scatter (ipc)", Signature{Kind::reduce_scatter, recv_count, dtype, op},
+  return run_agreed(
+      comm, work, "reduce_scatter (device)", Signature{Kind::reduce_scatter, recv_count, dtype, op},
       kIpcReduceScatterExchangeLayout, kIpcReduceScatterDoneLayout,
       [&] {
         // Peers read this rank's send buffer; the kernels write its recv, which must be device memory too.
         PeerRecord mine = export_record(work, send, send, block * static_cast<std::size_t>(comm.size()));
-        return on_device(recv) ? mine : refusing(std::move(mine), "a buffer is host memory");
+        return on_device(recv) ? mine : host_result(std::move(mine));
       },
       [&](const std::vector<PeerRecord>& records) {
         cuda::NvtxRange range("antdt ipc reduce_scatter");
         reduce_own_then_peers(
             work, comm, dtype, op, recv, as_bytes(send) + at,
             [&](int q) { return work.ipc_map(records[static_cast<std::size_t>(q)].send) + at; }, recv_count);
-      });
+      },
+      [&](CallMemory& memory) { plain_reduce_scatter(comm, send, recv, recv_count, dtype, op, &memory); });
 }
 
-// AllGather(V): each rank copies every peer's block from the peer's mapped
-// send buffer straight into its place in recv (gaps between blocks keep their
+// AllGather(V) (IPC): each rank copies every peer's block from the peer's
+// mapped send buffer straight into its place in recv (gaps between blocks keep their
 // contents). In place (send is this rank's block of recv) the own block stays
 // where it is, and peers only read it.
-bool ipc_allgatherv(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv,
+Path agreed_allgatherv(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv,
                     std::span<const std::size_t> counts, std::span<const std::size_t> offsets, DataType dtype) {
   const int me = comm.rank();
   const std::size_t esize = dtype_size(dtype);
@@ -348,8 +405,8 @@ bool ipc_allgatherv(detail::CommImpl& comm, cuda::DeviceWork& work, const void* 
     layout_hash = (layout_hash ^ offsets[b]) * 0xc4ceb9fe1a85ec53ULL;
   }
   layout_hash ^= layout_hash >> 33;
-  return run_ipc(
-      comm, work, "allgather (ipc)", Signature{Kind::allgatherv, counts.size(), dtype, ReduceOp::sum},
+  return run_agreed(
+      comm, work, "allgather (device)", Signature{Kind::allgatherv, counts.size(), dtype, ReduceOp::sum},
       kIpcAllgatherExchangeLayout ^ layout_hash, kIpcAllgatherDoneLayout ^ layout_hash,
       // A rank with nothing to give exports its recv buffer instead (a record needs a buffer).
       [&] { return export_record(work, mine > 0 ? send : recv, recv, std::max<std::size_t>(mine, esize)); },
@@ -363,20 +420,21 @@ bool ipc_allgatherv(detail::CommImpl& comm, cuda::DeviceWork& work, const void* 
           const std::byte* src = q == me ? as_bytes(send) : work.ipc_map(records[i].send);
           if (src != dst) work.copy(dst, src, bytes);
         }
-      });
+      },
+      [&](CallMemory& memory) { plain_allgatherv(comm, send, recv, counts, offsets, dtype, &memory); });
 }
 
-// Reduce: the root reduces every rank's mapped send buffer into its recv.
-bool ipc_reduce(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv, std::size_t count,
+// Reduce (IPC): the root reduces every rank's mapped send buffer into its recv.
+Path agreed_reduce(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv, std::size_t count,
                 DataType dtype, ReduceOp op, int root) {
   const bool is_root = comm.rank() == root;
-  return run_ipc(
-      comm, work, "reduce (ipc)", Signature{Kind::reduce, count, dtype, op, root}, kIpcReduceExchangeLayout,
+  return run_agreed(
+      comm, work, "reduce (device)", Signature{Kind::reduce, count, dtype, op, root}, kIpcReduceExchangeLayout,
       kIpcReduceDoneLayout,
       [&] {
         PeerRecord mine = export_record(work, send, send, count * dtype_size(dtype));
         // The kernels write the root's recv.
-        return !is_root || on_device(recv) ? mine : refusing(std::move(mine), "a buffer is host memory");
+        return !is_root || on_device(recv) ? mine : host_result(std::move(mine));
       },
       [&](const std::vector<PeerRecord>& records) {
         cuda::NvtxRange range("antdt ipc reduce");
@@ -384,23 +442,24 @@ bool ipc_reduce(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send
           reduce_own_then_peers(
               work, comm, dtype, op, recv, as_bytes(send),
               [&](int q) { return work.ipc_map(records[static_cast<std::size_t>(q)].send); }, count);
-      });
+      },
+      [&](CallMemory& memory) { plain_reduce(comm, send, recv, count, dtype, op, root, &memory); });
 }
 
-// AlltoAll: each rank copies block r of every peer's mapped send buffer into
-// block q of its recv. In place is staged: a rank would overwrite blocks its
-// peers still read.
-bool ipc_alltoall(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv, std::size_t count,
+// AlltoAll (IPC): each rank copies block r of every peer's mapped send buffer
+// into block q of its recv. In place refuses IPC (a rank would overwrite
+// blocks its peers still read); the direct path copies send to scratch first.
+Path agreed_alltoall(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv, std::size_t count,
                   DataType dtype) {
   const int n = comm.size(), me = comm.rank();
   const std::size_t block = count * dtype_size(dtype);
   const std::size_t at = static_cast<std::size_t>(me) * block;
-  return run_ipc(
-      comm, work, "alltoall (ipc)", Signature{Kind::alltoall, count, dtype, ReduceOp::sum}, kIpcAlltoallExchangeLayout,
+  return run_agreed(
+      comm, work, "alltoall (device)", Signature{Kind::alltoall, count, dtype, ReduceOp::sum}, kIpcAlltoallExchangeLayout,
       kIpcAlltoallDoneLayout,
       [&] {
         PeerRecord mine = export_record(work, send, recv, block * static_cast<std::size_t>(n));
-        return send != recv ? mine : refusing(std::move(mine), "in place");
+        return send != recv ? mine : refusing_ipc(std::move(mine), "in place");
       },
       [&](const std::vector<PeerRecord>& records) {
         cuda::NvtxRange range("antdt ipc alltoall");
@@ -409,116 +468,60 @@ bool ipc_alltoall(detail::CommImpl& comm, cuda::DeviceWork& work, const void* se
           const std::byte* src = q == me ? as_bytes(send) + at : work.ipc_map(records[i].send) + at;
           work.copy(as_bytes(recv) + i * block, src, block);
         }
-      });
+      },
+      [&](CallMemory& memory) { plain_alltoall(comm, send, recv, count, dtype, &memory); });
 }
 
-// The AllReduce's path, agreed by every rank: when ANTDT_GPU_PATH allows IPC
-// or direct, the ranks exchange records (after the caller's stream work is
-// done: peers read this rank's send buffer as soon as they have its record)
-// and every rank resolves the same path from them; else staged.
-struct Agreement {
-  Path path = Path::staged;
-  std::vector<PeerRecord> records;  // every rank's, when exchanged
-};
-Agreement agree_allreduce_path(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv,
-                               std::size_t count, DataType dtype, ReduceOp op) {
-  const Config& cfg = comm.config();
-  if (!exchanges_records(cfg.gpu_path, comm.size())) return {};
-  const std::size_t bytes = count * dtype_size(dtype);
-  wait_device(work, comm, "allreduce (device)", "the caller's stream work before the path exchange");
-  Agreement agreed;
-  agreed.records = exchange_records(comm, export_record(work, send, recv, bytes),
-                                    Signature{Kind::allreduce, count, dtype, op, -1, Algo::none, kIpcExchangeLayout});
-  // Every rank decides the same here, so a refusal (UnsupportedError with
-  // ANTDT_GPU_PATH=ipc or direct) leaves the communicator usable.
-  agreed.path = resolve_path(cfg.gpu_path, agreed.records, /*direct_built=*/true);
-  return agreed;
-}
-
-// The direct path's ring memory: the device buffers, scratch and kernels of
-// the call's work; a reduced chunk goes to the transport only once the host
-// has seen its kernel finish (the transport reads device memory outside the
-// work stream's order).
-class DeviceRingMemory final : public RingMemory {
- public:
-  DeviceRingMemory(cuda::DeviceWork& work, const detail::CommImpl& comm) : work_(work), comm_(comm) {}
-  std::span<std::byte> scratch(Call&, std::size_t bytes) override { return {work_.scratch(bytes), bytes}; }
-  void copy(std::byte* dst, const std::byte* src, std::size_t bytes) override { work_.copy(dst, src, bytes); }
-  void reduce_into(DataType dtype, ReduceOp op, std::span<std::byte> dst, std::span<const std::byte> a,
-                   std::span<const std::byte> b) override {
-    if (!dst.empty()) work_.reduce_into(dtype, op, dst.data(), a.data(), b.data(), dst.size() / dtype_size(dtype));
-  }
-  void finish_avg(DataType dtype, std::span<std::byte> data, std::size_t nranks) override {
-    if (!data.empty()) work_.finish_avg(dtype, data.data(), data.size() / dtype_size(dtype), nranks);
-  }
-  void settle() override { wait_device(work_, comm_, "allreduce (direct)", "a reduced chunk"); }
-
- private:
-  cuda::DeviceWork& work_;
-  const detail::CommImpl& comm_;
-};
-
-// The direct path: the host ring (collectives/allreduce_ring.cpp), message
-// for message, with every payload handed to the transport in device memory
-// and the reductions done by the device kernels; nothing is staged.
-void direct_allreduce(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv, std::size_t count,
+// AllReduce. IPC (docs/gpu.md): each rank reduces its slice from every
+// rank's send buffer into its recv, a barrier, then it copies the other
+// slices from their owners' recv buffers (the frame's wait and barrier end
+// it). Direct: the host ring on the device buffers.
+Path agreed_allreduce(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv, std::size_t count,
                       DataType dtype, ReduceOp op) {
-  cuda::NvtxRange range("antdt direct ring");
-  failing_together(comm, "allreduce (direct)", [&] {
-    DeviceRingMemory memory(work, comm);
-    Call call(comm, Signature{Kind::allreduce, count, dtype, op, -1, Algo::ring, kDirectRingLayout});
-    call.carry_device_payloads();
-    allreduce_ring(call, memory, as_bytes(send), as_bytes(recv), count, dtype, op);
-  });
-}
-
-// Steps 3 to 6 of the IPC AllReduce (docs/gpu.md), once every rank agreed on it.
-void ipc_reduce_and_gather(detail::CommImpl& comm, cuda::DeviceWork& work, const std::vector<PeerRecord>& records,
-                           const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op) {
   const int n = comm.size(), me = comm.rank();
   const std::size_t esize = dtype_size(dtype);
-
-  // 3. Each rank reduces its slice from every rank's send buffer into its own
-  //    recv buffer, starting from its own contribution, then the others in
-  //    rank order. In place this is safe: rank r writes only slice r of its
-  //    own buffer, which no other rank reads in this phase.
-  std::vector<const std::byte*> sends(static_cast<std::size_t>(n));
-  std::vector<const std::byte*> recvs(static_cast<std::size_t>(n));
-  for (int q = 0; q < n; ++q) {
-    const auto i = static_cast<std::size_t>(q);
-    sends[i] = q == me ? as_bytes(send) : work.ipc_map(records[i].send);
-    recvs[i] = q == me ? as_bytes(recv) : work.ipc_map(records[i].recv);
-  }
-  {
-    cuda::NvtxRange range("antdt ipc reduce");
-    const Slice own = ipc_slice(count, n, me);
-    const std::size_t at = own.first * esize;
-    reduce_own_then_peers(
-        work, comm, dtype, op, as_bytes(recv) + at, sends[static_cast<std::size_t>(me)] + at,
-        [&](int q) { return sends[static_cast<std::size_t>(q)] + at; }, own.count);
-    wait_device(work, comm, "allreduce (ipc)", "the reduction of this rank's slice");
-    Call call(comm, Signature{Kind::allreduce, count, dtype, op, -1, Algo::dissemination, kIpcReducedLayout});
-    barrier_dissemination(call);
-  }
-
-  // 4. Gather the other slices from the peers' recv buffers. In place, slice
-  //    q of this buffer was read by rank q in step 3, which every rank has
-  //    finished (the barrier above).
-  {
-    cuda::NvtxRange range("antdt ipc gather");
-    for (int q = 0; q < n; ++q) {
-      if (q == me) continue;
-      const Slice theirs = ipc_slice(count, n, q);
-      if (theirs.count == 0) continue;
-      const std::size_t at = theirs.first * esize;
-      work.copy(as_bytes(recv) + at, recvs[static_cast<std::size_t>(q)] + at, theirs.count * esize);
-    }
-    // 5. Peers read this rank's slice until they pass this barrier: only then
-    //    may the caller overwrite the buffers.
-    wait_device(work, comm, "allreduce (ipc)", "gathering the peers' slices");
-    Call call(comm, Signature{Kind::allreduce, count, dtype, op, -1, Algo::dissemination, kIpcDoneLayout});
-    barrier_dissemination(call);
-  }
+  return run_agreed(
+      comm, work, "allreduce (device)", Signature{Kind::allreduce, count, dtype, op}, kIpcExchangeLayout,
+      kIpcDoneLayout, [&] { return export_record(work, send, recv, count * esize); },
+      [&](const std::vector<PeerRecord>& records) {
+        std::vector<const std::byte*> sends(static_cast<std::size_t>(n));
+        std::vector<const std::byte*> recvs(static_cast<std::size_t>(n));
+        for (int q = 0; q < n; ++q) {
+          const auto i = static_cast<std::size_t>(q);
+          sends[i] = q == me ? as_bytes(send) : work.ipc_map(records[i].send);
+          recvs[i] = q == me ? as_bytes(recv) : work.ipc_map(records[i].recv);
+        }
+        {
+          // Own contribution first, then the others in rank order. In place
+          // this is safe: rank r writes only slice r of its own buffer, which
+          // no other rank reads in this phase.
+          cuda::NvtxRange range("antdt ipc reduce");
+          const Slice own = ipc_slice(count, n, me);
+          const std::size_t at = own.first * esize;
+          reduce_own_then_peers(
+              work, comm, dtype, op, as_bytes(recv) + at, sends[static_cast<std::size_t>(me)] + at,
+              [&](int q) { return sends[static_cast<std::size_t>(q)] + at; }, own.count);
+          wait_device(work, comm, "allreduce (ipc)", "the reduction of this rank's slice");
+          Call call(comm, Signature{Kind::allreduce, count, dtype, op, -1, Algo::dissemination, kIpcReducedLayout});
+          barrier_dissemination(call);
+        }
+        // In place, slice q of this buffer was read by rank q before the
+        // barrier above; every rank has finished that.
+        cuda::NvtxRange range("antdt ipc gather");
+        for (int q = 0; q < n; ++q) {
+          if (q == me) continue;
+          const Slice theirs = ipc_slice(count, n, q);
+          if (theirs.count == 0) continue;
+          const std::size_t at = theirs.first * esize;
+          work.copy(as_bytes(recv) + at, recvs[static_cast<std::size_t>(q)] + at, theirs.count * esize);
+        }
+      },
+      [&](CallMemory& memory) {
+        // Bare messages carry no signature; the layout only names the path in errors.
+        Call call(comm, Signature{Kind::allreduce, count, dtype, op, -1, Algo::ring, kDirectRingLayout});
+        call.carry_device_payloads(memory);
+        allreduce_ring(call, as_bytes(send), as_bytes(recv), count, dtype, op);
+      });
 }
 
 void staged_allreduce(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv,
@@ -577,22 +580,9 @@ void allreduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t
     if (send != recv) work->copy(recv, send, count * dtype_size(dtype));
     last_path = LastPath::staged;
   } else {
-    const Agreement agreed = agree_allreduce_path(comm, *work, send, recv, count, dtype, op);
-    switch (agreed.path) {
-      case Path::ipc:
-        failing_together(comm, "allreduce (ipc)",
-                         [&] { ipc_reduce_and_gather(comm, *work, agreed.records, send, recv, count, dtype, op); });
-        last_path = LastPath::ipc;
-        break;
-      case Path::direct:
-        direct_allreduce(comm, *work, send, recv, count, dtype, op);
-        last_path = LastPath::direct;
-        break;
-      case Path::staged:
-        staged_allreduce(comm, *work, send, recv, count, dtype, op);
-        last_path = LastPath::staged;
-        break;
-    }
+    const Path path = agreed_allreduce(comm, *work, send, recv, count, dtype, op);
+    if (path == Path::staged) staged_allreduce(comm, *work, send, recv, count, dtype, op);
+    last_path = last_of(path);
   }
   finish(*work, comm, recv, "allreduce");
 }
@@ -604,19 +594,18 @@ void broadcast(detail::CommImpl& comm, const void* send, void* recv, std::size_t
   const std::size_t bytes = count * dtype_size(dtype);
   std::unique_ptr<cuda::DeviceWork> work = backend().begin(device_buffer(is_root ? send : nullptr, recv), stream);
   const auto host = [&comm, dtype, root](std::byte* data, std::size_t elements) {
-    host_broadcast(comm, data, data, elements, dtype, root);
+    plain_broadcast(comm, data, data, elements, dtype, root);
   };
-  last_bcast_path = LastPath::staged;
-  if (comm.size() > 1 && ipc_broadcast(comm, *work, send, recv, count, dtype, root)) {
-    last_bcast_path = LastPath::ipc;
-  } else if (on_device(recv)) {
+  const Path path = comm.size() > 1 ? agreed_broadcast(comm, *work, send, recv, count, dtype, root) : Path::staged;
+  last_bcast_path = last_of(path);
+  if (path == Path::staged && on_device(recv)) {
     // The root's data is in recv before the pipeline starts; only the root
     // downloads, only the others upload.
     if (is_root && send != recv) work->copy(recv, send, bytes);
     run_segmented(*work, comm, "broadcast (staged)", recv, bytes, dtype, is_root, !is_root, host);
-  } else {
+  } else if (path == Path::staged) {
     run_whole_staged(*work, comm, "broadcast (staged)", send, bytes, recv, bytes, false,
-                     [&](std::byte* s, std::byte* r) { host_broadcast(comm, s, r, count, dtype, root); });
+                     [&](std::byte* s, std::byte* r) { plain_broadcast(comm, s, r, count, dtype, root); });
   }
   finish(*work, comm, recv, "broadcast");
 }
@@ -628,20 +617,21 @@ void reduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t co
   const std::size_t bytes = count * dtype_size(dtype);
   std::unique_ptr<cuda::DeviceWork> work = backend().begin(device_buffer(send, is_root ? recv : nullptr), stream);
   const auto host = [&comm, dtype, op, root](std::byte* data, std::size_t elements) {
-    host_reduce(comm, data, data, elements, dtype, op, root);
+    plain_reduce(comm, data, data, elements, dtype, op, root);
   };
-  last_red_path = LastPath::staged;
-  if (comm.size() > 1 && ipc_reduce(comm, *work, send, recv, count, dtype, op, root)) {
-    last_red_path = LastPath::ipc;
-  } else if (is_root && on_device(recv)) {
-    if (send != recv) work->copy(recv, send, bytes);
-    run_segmented(*work, comm, "reduce (staged)", recv, bytes, dtype, true, true, host);
-  } else if (!is_root && on_device(send)) {
-    // Only read: the engine downloads from send and never uploads into it.
-    run_segmented(*work, comm, "reduce (staged)", const_cast<void*>(send), bytes, dtype, true, false, host);
-  } else {
-    run_whole_staged(*work, comm, "reduce (staged)", send, bytes, is_root ? recv : nullptr, is_root ? bytes : 0,
-                     false, [&](std::byte* s, std::byte* r) { host_reduce(comm, s, r, count, dtype, op, root); });
+  const Path path = comm.size() > 1 ? agreed_reduce(comm, *work, send, recv, count, dtype, op, root) : Path::staged;
+  last_red_path = last_of(path);
+  if (path == Path::staged) {
+    if (is_root && on_device(recv)) {
+      if (send != recv) work->copy(recv, send, bytes);
+      run_segmented(*work, comm, "reduce (staged)", recv, bytes, dtype, true, true, host);
+    } else if (!is_root && on_device(send)) {
+      // Only read: the engine downloads from send and never uploads into it.
+      run_segmented(*work, comm, "reduce (staged)", const_cast<void*>(send), bytes, dtype, true, false, host);
+    } else {
+      run_whole_staged(*work, comm, "reduce (staged)", send, bytes, is_root ? recv : nullptr, is_root ? bytes : 0,
+                       false, [&](std::byte* s, std::byte* r) { plain_reduce(comm, s, r, count, dtype, op, root); });
+    }
   }
   finish(*work, comm, is_root ? recv : nullptr, "reduce");
 }
@@ -651,13 +641,13 @@ void reduce_scatter(detail::CommImpl& comm, const void* send, void* recv, std::s
   cuda::NvtxRange range("antdt reduce_scatter (device)");
   const std::size_t block = recv_count * dtype_size(dtype);
   std::unique_ptr<cuda::DeviceWork> work = backend().begin(device_buffer(send, recv), stream);
-  last_rs_path = LastPath::staged;
-  if (comm.size() > 1 && ipc_reduce_scatter(comm, *work, send, recv, recv_count, dtype, op)) {
-    last_rs_path = LastPath::ipc;
-  } else {
+  const Path path =
+      comm.size() > 1 ? agreed_reduce_scatter(comm, *work, send, recv, recv_count, dtype, op) : Path::staged;
+  last_rs_path = last_of(path);
+  if (path == Path::staged) {
     run_whole_staged(*work, comm, "reduce_scatter (staged)", send, block * static_cast<std::size_t>(comm.size()),
                      recv, block, false,
-                     [&](std::byte* s, std::byte* r) { host_reduce_scatter(comm, s, r, recv_count, dtype, op); });
+                     [&](std::byte* s, std::byte* r) { plain_reduce_scatter(comm, s, r, recv_count, dtype, op); });
   }
   finish(*work, comm, recv, "reduce_scatter");
 }
@@ -677,12 +667,12 @@ void allgatherv(detail::CommImpl& comm, const void* send, void* recv, std::span<
   }
   const std::size_t mine = counts[static_cast<std::size_t>(comm.rank())];
   std::unique_ptr<cuda::DeviceWork> work = backend().begin(device_buffer(send, recv), stream);
-  last_ag_path = LastPath::staged;
-  if (comm.size() > 1 && ipc_allgatherv(comm, *work, send, recv, counts, offsets, dtype)) {
-    last_ag_path = LastPath::ipc;
-  } else {
+  const Path path =
+      comm.size() > 1 ? agreed_allgatherv(comm, *work, send, recv, counts, offsets, dtype) : Path::staged;
+  last_ag_path = last_of(path);
+  if (path == Path::staged) {
     run_whole_staged(*work, comm, "allgather (staged)", send, mine * esize, recv, extent * esize, extent != total,
-                     [&](std::byte* s, std::byte* r) { host_allgatherv(comm, s, r, counts, displs, dtype); });
+                     [&](std::byte* s, std::byte* r) { plain_allgatherv(comm, s, r, counts, displs, dtype); });
   }
   finish(*work, comm, recv, "allgather");
 }
@@ -691,12 +681,11 @@ void alltoall(detail::CommImpl& comm, const void* send, void* recv, std::size_t 
   cuda::NvtxRange range("antdt alltoall (device)");
   const std::size_t total = count * dtype_size(dtype) * static_cast<std::size_t>(comm.size());
   std::unique_ptr<cuda::DeviceWork> work = backend().begin(device_buffer(send, recv), stream);
-  last_a2a_path = LastPath::staged;
-  if (comm.size() > 1 && ipc_alltoall(comm, *work, send, recv, count, dtype)) {
-    last_a2a_path = LastPath::ipc;
-  } else {
+  const Path path = comm.size() > 1 ? agreed_alltoall(comm, *work, send, recv, count, dtype) : Path::staged;
+  last_a2a_path = last_of(path);
+  if (path == Path::staged) {
     run_whole_staged(*work, comm, "alltoall (staged)", send, total, recv, total, false,
-                     [&](std::byte* s, std::byte* r) { host_alltoall(comm, s, r, count, dtype); });
+                     [&](std::byte* s, std::byte* r) { plain_alltoall(comm, s, r, count, dtype); });
   }
   finish(*work, comm, recv, "alltoall");
 }

@@ -8,9 +8,10 @@
 //    segment; the others staged whole), so it works over every transport;
 //  - ipc (every collective, ranks on one node): ranks map each other's
 //    buffers with CUDA IPC and copy or reduce straight from them;
-//  - direct (AllReduce, transports that move device memory: UCX with CUDA
-//    support): the host ring on the device buffers, every payload handed to
-//    the transport in device memory, reductions by the device kernels.
+//  - direct (every collective, transports that move device memory: UCX with
+//    CUDA support): the host algorithm on the device buffers, every payload
+//    handed to the transport in device memory, copies and reductions on the
+//    device.
 // Both are ordered after the caller's stream and make it wait for the result
 // (device-side events); the host waits they need are bounded by ANTDT_TIMEOUT_MS.
 //
@@ -20,6 +21,7 @@
 
 #include <antdt/comm.hpp>
 
+#include "collectives/call.hpp"
 #include "core/communicator.hpp"
 #include "cuda/device_work.hpp"
 
@@ -45,18 +47,21 @@ void reduce_scatter_on(detail::CommImpl& comm, const void* send, void* recv, std
 void allgather_on(detail::CommImpl& comm, const void* send, void* recv, std::size_t send_count, DataType dtype,
                   void* stream);
 
-// The host algorithms alone (no argument checks, groups, queue or device
-// dispatch), for the staged path to run on host bytes; in collectives.cpp.
-// AllReduce's is run_allreduce (collectives/suite.hpp).
-void host_broadcast(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype,
-                    int root);
-void host_reduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
-                 int root);
-void host_reduce_scatter(detail::CommImpl& comm, const void* send, void* recv, std::size_t recv_count,
-                         DataType dtype, ReduceOp op);
-void host_allgatherv(detail::CommImpl& comm, const void* send, void* recv, std::span<const std::size_t> counts,
-                     std::span<const std::size_t> displs, DataType dtype);
-void host_alltoall(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype);
+// The algorithms alone (no argument checks, groups, queue or device
+// dispatch), in collectives.cpp: on host bytes for the staged path (`device`
+// null), or on device buffers handed to the transport as they are, copied and
+// reduced by `device` (the direct path). AllReduce's is run_allreduce
+// (collectives/suite.hpp) for host bytes and the ring for the direct path.
+void plain_broadcast(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype,
+                     int root, CallMemory* device = nullptr);
+void plain_reduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+                  int root, CallMemory* device = nullptr);
+void plain_reduce_scatter(detail::CommImpl& comm, const void* send, void* recv, std::size_t recv_count,
+                          DataType dtype, ReduceOp op, CallMemory* device = nullptr);
+void plain_allgatherv(detail::CommImpl& comm, const void* send, void* recv, std::span<const std::size_t> counts,
+                      std::span<const std::size_t> displs, DataType dtype, CallMemory* device = nullptr);
+void plain_alltoall(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype,
+                    CallMemory* device = nullptr);
 
 }  // namespace antdt::coll
 

@@ -174,7 +174,7 @@ std::uint64_t get_u64(const std::byte* in) noexcept {
 
 constexpr std::size_t kHandleBytes = cuda::IpcHandle::kWireBytes;
 // Flags (the record's second word).
-constexpr std::uint32_t kExportable = 1, kDevicePayloads = 2;
+constexpr std::uint32_t kExportable = 1, kDeviceBuffers = 2, kTransportMovesDeviceMemory = 4;
 constexpr std::size_t kSendAt = 16, kRecvAt = kSendAt + kHandleBytes, kReasonAt = kRecvAt + kHandleBytes;
 
 }  // namespace
@@ -182,7 +182,8 @@ constexpr std::size_t kSendAt = 16, kRecvAt = kSendAt + kHandleBytes, kReasonAt 
 PeerRecord::Wire PeerRecord::serialize() const noexcept {
   Wire out{};
   put_u32(out.data(), kMagic);
-  put_u32(out.data() + 4, (exportable ? kExportable : 0) | (device_payloads ? kDevicePayloads : 0));
+  put_u32(out.data() + 4, (exportable ? kExportable : 0) | (device_buffers ? kDeviceBuffers : 0) |
+                              (transport_moves_device_memory ? kTransportMovesDeviceMemory : 0));
   put_u64(out.data() + 8, node);
   if (exportable) {
     const cuda::IpcHandle::Wire s = send.serialize(), r = recv.serialize();
@@ -199,9 +200,11 @@ PeerRecord PeerRecord::deserialize(std::span<const std::byte> wire) {
   ANTDT_CHECK_ARG(get_u32(wire.data()) == kMagic, "device peer record: wrong magic (not an antdt peer record)");
   PeerRecord rec;
   const std::uint32_t flags = get_u32(wire.data() + 4);
-  ANTDT_CHECK_ARG((flags & ~(kExportable | kDevicePayloads)) == 0, "device peer record: unknown flags ", flags);
+  ANTDT_CHECK_ARG((flags & ~(kExportable | kDeviceBuffers | kTransportMovesDeviceMemory)) == 0,
+                  "device peer record: unknown flags ", flags);
   rec.exportable = (flags & kExportable) != 0;
-  rec.device_payloads = (flags & kDevicePayloads) != 0;
+  rec.device_buffers = (flags & kDeviceBuffers) != 0;
+  rec.transport_moves_device_memory = (flags & kTransportMovesDeviceMemory) != 0;
   rec.node = get_u64(wire.data() + 8);
   if (rec.exportable) {
     rec.send = cuda::IpcHandle::deserialize(wire.subspan(kSendAt, kHandleBytes));
@@ -214,27 +217,29 @@ PeerRecord PeerRecord::deserialize(std::span<const std::byte> wire) {
 
 bool exchanges_records(GpuPath setting, int nranks) { return setting != GpuPath::staged && nranks > 1; }
 
-Path resolve_path(GpuPath setting, std::span<const PeerRecord> records, bool direct_built) {
+Path resolve_path(GpuPath setting, std::span<const PeerRecord> records) {
   ANTDT_CHECK_ARG(!records.empty(), "resolve_path: no peer records");
   std::string ipc_obstacle, direct_obstacle;
   for (std::size_t r = 0; r < records.size(); ++r) {
-    if (ipc_obstacle.empty() && !records[r].exportable)
+    const PeerRecord& rec = records[r];
+    if (ipc_obstacle.empty() && !rec.exportable)
       ipc_obstacle = cat("rank ", r, " cannot export its buffers for CUDA IPC (",
-                         records[r].reason.empty() ? "no reason given" : records[r].reason, ")");
-    else if (ipc_obstacle.empty() && records[r].node != records[0].node)
+                         rec.reason.empty() ? "no reason given" : rec.reason, ")");
+    else if (ipc_obstacle.empty() && rec.node != records[0].node)
       ipc_obstacle = cat("rank ", r, " is on another node than rank 0");
-    if (direct_obstacle.empty() && !records[r].device_payloads)
+    if (direct_obstacle.empty() && !rec.device_buffers)
+      direct_obstacle = cat("rank ", r, " passed host memory");
+    else if (direct_obstacle.empty() && !rec.transport_moves_device_memory)
       direct_obstacle = cat("rank ", r, "'s transport cannot move device memory (UCX without CUDA support)");
   }
-  if (setting == GpuPath::direct && direct_built) {
+  if (setting == GpuPath::direct) {
     if (direct_obstacle.empty()) return Path::direct;
     raise<UnsupportedError>("ANTDT_GPU_PATH=direct, but ", direct_obstacle, "; use ANTDT_GPU_PATH=auto or staged");
   }
   if (ipc_obstacle.empty()) return Path::ipc;
   if (setting == GpuPath::ipc)
     raise<UnsupportedError>("ANTDT_GPU_PATH=ipc, but ", ipc_obstacle, "; use ANTDT_GPU_PATH=auto or staged");
-  if (direct_built && direct_obstacle.empty()) return Path::direct;
-  return Path::staged;
+  return direct_obstacle.empty() ? Path::direct : Path::staged;
 }
 
 }  // namespace antdt::coll::device

@@ -81,7 +81,10 @@ struct PeerRecord {
   using Wire = std::array<std::byte, kWireBytes>;
 
   bool exportable = false;  // both buffers exported (else `reason` says why not)
-  bool device_payloads = false;  // this rank's transport moves device memory (the direct path)
+  // The direct path: both buffers are device memory, and this rank's
+  // transport moves device memory.
+  bool device_buffers = false;
+  bool transport_moves_device_memory = false;
   std::uint64_t node = 0;
   cuda::IpcHandle send;  // meaningful when exportable
   cuda::IpcHandle recv;
@@ -99,13 +102,12 @@ enum class Path { staged, ipc, direct };
 bool exchanges_records(GpuPath setting, int nranks);
 
 // The path every rank takes after the exchange (every rank sees the same
-// records, so every rank decides the same). `direct_built`: the collective has
-// a direct path (device memory handed to the transport; AllReduce).
+// records, so every rank decides the same):
 //  - auto: IPC when every rank could export and all share a node; else direct
-//    when built and every rank's transport moves device memory; else staged.
+//    when every rank has device buffers and a transport that moves device
+//    memory; else staged.
 //  - ipc: IPC, or UnsupportedError naming the first rank in the way.
-//  - direct: direct, or UnsupportedError naming the first rank whose
-//    transport cannot; collectives without a direct path choose as with auto.
-Path resolve_path(GpuPath setting, std::span<const PeerRecord> records, bool direct_built);
+//  - direct: direct, or UnsupportedError naming the first rank in the way.
+Path resolve_path(GpuPath setting, std::span<const PeerRecord> records);
 
 }  // namespace antdt::coll::device

@@ -45,7 +45,8 @@ void reduce_binomial_tree(Call& call, const std::byte* send, std::byte* recv, st
     return;
   }
   // scratch: [this rank's partial sum (non-root only)] [one region per child]
-  auto scratch = call.scratch((static_cast<std::size_t>(children) + (v == 0 ? 0 : 1)) * bytes);
+  CallMemory& memory = call.memory();
+  auto scratch = memory.scratch(call, (static_cast<std::size_t>(children) + (v == 0 ? 0 : 1)) * bytes);
   const std::span<std::byte> acc = v == 0 ? std::span(recv, bytes) : scratch.first(bytes);
   auto incoming = [&](int child) {
     return scratch.subspan((static_cast<std::size_t>(child) + (v == 0 ? 0 : 1)) * bytes, bytes);
@@ -58,12 +59,13 @@ void reduce_binomial_tree(Call& call, const std::byte* send, std::byte* recv, st
     }
   for (child = 0; child < children; ++child) {
     call.wait(static_cast<std::size_t>(child));
-    reduce_into(dtype, op, acc, child == 0 ? input : std::span<const std::byte>(acc), incoming(child));
+    memory.reduce_into(dtype, op, acc, child == 0 ? input : std::span<const std::byte>(acc), incoming(child));
   }
   if (v == 0) {
-    if (op == ReduceOp::avg) finish_avg(dtype, acc, static_cast<std::size_t>(n));
+    if (op == ReduceOp::avg) memory.finish_avg(dtype, acc, static_cast<std::size_t>(n));
     return;
   }
+  memory.settle();
   call.wait(call.send(static_cast<std::size_t>(children), parent, acc));
 }
 
@@ -86,20 +88,23 @@ void reduce_chain(Call& call, const std::byte* send, std::byte* recv, std::size_
     return;
   }
   // Indexes: receives [0, chunks), forwarding sends [chunks, 2·chunks).
-  auto arrived_all = call.scratch(count * esize);
+  CallMemory& memory = call.memory();
+  auto arrived_all = memory.scratch(call, count * esize);
   auto arrived = [&](std::size_t c) { return arrived_all.subspan(first(c) * esize, len(c) * esize); };
   std::size_t posted = 0;
   for (std::size_t c = 0; c < chunks; ++c) {
     for (; posted < chunks && posted < c + kReceiveWindow; ++posted) call.recv(posted, from, arrived(posted));
     call.wait(c);
     if (v == 0) {
-      reduce_into(dtype, op, std::span(recv + first(c) * esize, len(c) * esize), at(send, c), arrived(c));
+      memory.reduce_into(dtype, op, std::span(recv + first(c) * esize, len(c) * esize), at(send, c), arrived(c));
     } else {
-      reduce_inplace(dtype, op, arrived(c), at(send, c));
+      memory.reduce_into(dtype, op, arrived(c), arrived(c), at(send, c));
+      memory.settle();
       call.send(chunks + c, toward_root, arrived(c));
     }
   }
-  if (v == 0 && op == ReduceOp::avg) finish_avg(dtype, std::span(recv, count * esize), static_cast<std::size_t>(n));
+  if (v == 0 && op == ReduceOp::avg)
+    memory.finish_avg(dtype, std::span(recv, count * esize), static_cast<std::size_t>(n));
   call.wait_all();
 }
 

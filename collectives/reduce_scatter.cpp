@@ -35,8 +35,9 @@ void reduce_scatter_ring(Call& call, const std::byte* send, std::byte* recv, std
   const std::size_t r = static_cast<std::size_t>(call.rank());
   const std::size_t esize = dtype_size(dtype);
   const std::size_t block_bytes = count * esize;
+  CallMemory& memory = call.memory();
   if (n == 1) {
-    if (send != recv && block_bytes > 0) std::memcpy(recv, send, block_bytes);
+    if (send != recv) memory.copy(recv, send, block_bytes);
     return;
   }
   const std::size_t chunk_elems = std::max<std::size_t>(1, call.config().chunk_bytes / esize);
@@ -51,7 +52,7 @@ void reduce_scatter_ring(Call& call, const std::byte* send, std::byte* recv, std
   const std::size_t steps = n - 1;
   auto send_block = [&](std::size_t s) { return (r + 2 * n - s - 1) % n; };
   auto recv_block = [&](std::size_t s) { return (r + 2 * n - s - 2) % n; };
-  std::span<std::byte> regions = call.scratch(steps * block_bytes);
+  std::span<std::byte> regions = memory.scratch(call, steps * block_bytes);
   auto region = [&](std::size_t s, std::size_t c) {
     return regions.subspan(s * block_bytes + chunk_first(c) * esize, chunk_len(c) * esize);
   };
@@ -71,15 +72,16 @@ void reduce_scatter_ring(Call& call, const std::byte* send, std::byte* recv, std
     const std::size_t block = recv_block(s);
     auto arrived = region(s, c);
     if (s + 1 < steps) {
-      reduce_inplace(dtype, op, arrived, input(block, c));
+      memory.reduce_into(dtype, op, arrived, arrived, input(block, c));
+      memory.settle();
       call.send(total + done + chunks, right, arrived);
     } else {
       // block == r: in place, input(r, c) is this very part of recv.
-      reduce_into(dtype, op, std::span(recv + chunk_first(c) * esize, chunk_len(c) * esize), input(block, c),
-                  arrived);
+      memory.reduce_into(dtype, op, std::span(recv + chunk_first(c) * esize, chunk_len(c) * esize), input(block, c),
+                         arrived);
     }
   }
-  if (op == ReduceOp::avg) finish_avg(dtype, std::span(recv, block_bytes), n);
+  if (op == ReduceOp::avg) memory.finish_avg(dtype, std::span(recv, block_bytes), n);
   call.wait_all();
 }
 

@@ -173,6 +173,9 @@ TEST_F(GpuCollectives, IpcBroadcastEveryRootTwoToFourRanks) {
 // Broadcast, Reduce, ReduceScatter and AllGather of 3 ranks on GPU 0 through
 // `path` against the reference.
 void check_broadcast_reduce_reduce_scatter_allgather(GpuPath path) {
+  const LastPath want_path = path == GpuPath::ipc      ? LastPath::ipc
+                        : path == GpuPath::direct ? LastPath::direct
+                                                  : LastPath::staged;
   const int n = 3;
   const DataType t = DataType::f32;
   const std::size_t count = 3001;
@@ -202,6 +205,7 @@ void check_broadcast_reduce_reduce_scatter_allgather(GpuPath path) {
         sync();
         expect_values("broadcast", to_host(b.data(), count * 4),
                       [](std::size_t i) { return static_cast<double>(i % 1000); });
+        if (coll::device::last_broadcast_path() != want_path) throw std::runtime_error("broadcast: wrong path");
         // Reduce (max) to rank 2, out of place.
         cuda::DeviceBuffer rs(count * 4), rr(count * 4);
         for (std::size_t i = 0; i < count; ++i) store(t, host.data(), i, input(t, ReduceOp::max, me, i));
@@ -212,8 +216,7 @@ void check_broadcast_reduce_reduce_scatter_allgather(GpuPath path) {
         if (me == 2)
           expect_values("reduce", to_host(rr.data(), count * 4),
                         [&](std::size_t i) { return expected(t, ReduceOp::max, n, i); });
-        if (coll::device::last_reduce_path() != (path == GpuPath::ipc ? LastPath::ipc : LastPath::staged))
-          throw std::runtime_error("reduce: wrong path");
+        if (coll::device::last_reduce_path() != want_path) throw std::runtime_error("reduce: wrong path");
         // ReduceScatter (sum).
         cuda::DeviceBuffer ss(count * 4 * static_cast<std::size_t>(n)), sr(count * 4);
         for (std::size_t i = 0; i < count * static_cast<std::size_t>(n); ++i)
@@ -224,8 +227,8 @@ void check_broadcast_reduce_reduce_scatter_allgather(GpuPath path) {
         expect_values("reduce_scatter", to_host(sr.data(), count * 4), [&](std::size_t i) {
           return expected(t, ReduceOp::sum, n, static_cast<std::size_t>(me) * count + i);
         });
-        const LastPath want = path == GpuPath::ipc ? LastPath::ipc : LastPath::staged;
-        if (coll::device::last_reduce_scatter_path() != want) throw std::runtime_error("reduce_scatter: wrong path");
+        if (coll::device::last_reduce_scatter_path() != want_path)
+          throw std::runtime_error("reduce_scatter: wrong path");
         // AllGather.
         cuda::DeviceBuffer gs(count * 4), gr(count * 4 * static_cast<std::size_t>(n));
         for (std::size_t i = 0; i < count; ++i)
@@ -237,9 +240,9 @@ void check_broadcast_reduce_reduce_scatter_allgather(GpuPath path) {
         expect_values("allgather", to_host(gr.data(), count * 4 * static_cast<std::size_t>(n)), [&](std::size_t i) {
           return static_cast<double>(static_cast<int>(i / count) * 10000 + static_cast<int>(i % count));
         });
-        if (coll::device::last_allgather_path() != want) throw std::runtime_error("allgather: wrong path");
+        if (coll::device::last_allgather_path() != want_path) throw std::runtime_error("allgather: wrong path");
       },
-      config_with(path));
+      config_with(path), nullptr, path == GpuPath::direct ? cuda_payload_copy : nullptr);
   expect_all_ok(outcomes);
 }
 
@@ -249,6 +252,10 @@ TEST_F(GpuCollectives, BroadcastReduceReduceScatterAllgatherStaged) {
 
 TEST_F(GpuCollectives, BroadcastReduceReduceScatterAllgatherThroughIpc) {
   check_broadcast_reduce_reduce_scatter_allgather(GpuPath::ipc);
+}
+
+TEST_F(GpuCollectives, BroadcastReduceReduceScatterAllgatherDirect) {
+  check_broadcast_reduce_reduce_scatter_allgather(GpuPath::direct);
 }
 
 #else

@@ -338,12 +338,12 @@ TEST(DevicePlan, PathIsIpcOnlyWhenEveryRankCanAndSharesANode) {
     r.exportable = true;
     r.node = 9;
   }
-  EXPECT_EQ(resolve_path(GpuPath::automatic, recs, false), Path::ipc);
-  EXPECT_EQ(resolve_path(GpuPath::ipc, recs, false), Path::ipc);
+  EXPECT_EQ(resolve_path(GpuPath::automatic, recs), Path::ipc);
+  EXPECT_EQ(resolve_path(GpuPath::ipc, recs), Path::ipc);
   recs[2].node = 10;
-  EXPECT_EQ(resolve_path(GpuPath::automatic, recs, false), Path::staged);
+  EXPECT_EQ(resolve_path(GpuPath::automatic, recs), Path::staged);
   try {
-    resolve_path(GpuPath::ipc, recs, false);
+    resolve_path(GpuPath::ipc, recs);
     ADD_FAILURE() << "forced IPC across nodes must fail";
   } catch (const UnsupportedError& e) {
     EXPECT_NE(std::string(e.what()).find("rank 2"), std::string::npos) << e.what();
@@ -351,9 +351,9 @@ TEST(DevicePlan, PathIsIpcOnlyWhenEveryRankCanAndSharesANode) {
   recs[2].node = 9;
   recs[1].exportable = false;
   recs[1].reason = "pool memory";
-  EXPECT_EQ(resolve_path(GpuPath::automatic, recs, false), Path::staged);
+  EXPECT_EQ(resolve_path(GpuPath::automatic, recs), Path::staged);
   try {
-    resolve_path(GpuPath::ipc, recs, false);
+    resolve_path(GpuPath::ipc, recs);
     ADD_FAILURE() << "forced IPC with an unexportable buffer must fail";
   } catch (const UnsupportedError& e) {
     EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
@@ -372,36 +372,46 @@ TEST(DevicePlan, DirectPathWhenEveryTransportMovesDeviceMemoryAndIpcCannot) {
   std::vector<PeerRecord> recs(3);
   for (auto& r : recs) {
     r.exportable = true;
-    r.device_payloads = true;
+    r.device_buffers = true;
+    r.transport_moves_device_memory = true;
     r.node = 9;
   }
   // One node, IPC possible: auto prefers IPC; direct is taken only when asked for.
-  EXPECT_EQ(resolve_path(GpuPath::automatic, recs, true), Path::ipc);
-  EXPECT_EQ(resolve_path(GpuPath::direct, recs, true), Path::direct);
-  // Collectives without a direct path choose as with auto.
-  EXPECT_EQ(resolve_path(GpuPath::direct, recs, false), Path::ipc);
-  // Across nodes: direct under auto, where built.
+  EXPECT_EQ(resolve_path(GpuPath::automatic, recs), Path::ipc);
+  EXPECT_EQ(resolve_path(GpuPath::direct, recs), Path::direct);
+  // Across nodes: direct under auto.
   recs[1].node = 10;
-  EXPECT_EQ(resolve_path(GpuPath::automatic, recs, true), Path::direct);
-  EXPECT_EQ(resolve_path(GpuPath::automatic, recs, false), Path::staged);
-  // One transport that cannot: auto stages, direct fails naming the rank.
-  recs[2].device_payloads = false;
-  EXPECT_EQ(resolve_path(GpuPath::automatic, recs, true), Path::staged);
+  EXPECT_EQ(resolve_path(GpuPath::automatic, recs), Path::direct);
+  // One transport that cannot: auto stages, direct fails naming the rank and why.
+  recs[2].transport_moves_device_memory = false;
+  EXPECT_EQ(resolve_path(GpuPath::automatic, recs), Path::staged);
   try {
-    resolve_path(GpuPath::direct, recs, true);
+    resolve_path(GpuPath::direct, recs);
     ADD_FAILURE() << "forced direct with a transport that cannot move device memory must fail";
   } catch (const UnsupportedError& e) {
-    EXPECT_NE(std::string(e.what()).find("rank 2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 2's transport cannot move device memory"), std::string::npos)
+        << e.what();
   }
-  EXPECT_EQ(resolve_path(GpuPath::direct, recs, false), Path::staged);
+  // A rank whose buffer is host memory comes first, and is named as such.
+  recs[0].device_buffers = false;
+  try {
+    resolve_path(GpuPath::direct, recs);
+    ADD_FAILURE() << "forced direct with a host buffer must fail";
+  } catch (const UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0 passed host memory"), std::string::npos) << e.what();
+  }
 
-  // The flag travels in the record.
-  PeerRecord rec;
-  rec.device_payloads = true;
-  EXPECT_TRUE(PeerRecord::deserialize(rec.serialize()).device_payloads);
-  EXPECT_FALSE(PeerRecord::deserialize(rec.serialize()).exportable);
-  rec.device_payloads = false;
-  EXPECT_FALSE(PeerRecord::deserialize(rec.serialize()).device_payloads);
+  // The flags travel in the record, each on its own.
+  for (int bits = 0; bits < 8; ++bits) {
+    PeerRecord rec;
+    rec.exportable = (bits & 1) != 0;
+    rec.device_buffers = (bits & 2) != 0;
+    rec.transport_moves_device_memory = (bits & 4) != 0;
+    const PeerRecord back = PeerRecord::deserialize(rec.serialize());
+    EXPECT_EQ(back.exportable, rec.exportable) << bits;
+    EXPECT_EQ(back.device_buffers, rec.device_buffers) << bits;
+    EXPECT_EQ(back.transport_moves_device_memory, rec.transport_moves_device_memory) << bits;
+  }
 }
 
 // A segment's host work that records what it saw and transforms it, so the
@@ -485,6 +495,29 @@ Config config_with(GpuPath path) {
   return cfg;
 }
 
+// With ANTDT_GPU_PATH=direct the transports move device payloads (through
+// the fake's copy); otherwise they cannot, as UCX without CUDA support.
+transport::InprocFabric::DeviceCopy payloads_for(GpuPath setting, FakeDevice& dev) {
+  if (setting == GpuPath::direct) return dev.payload_copy();
+  return nullptr;
+}
+
+// What the path moved: the direct path hands the transport device memory
+// (never host memory posing as it) and stages nothing; the others hand it no
+// device memory. `counted`: the transport copies payloads through the fake
+// (inproc; UCX takes them as host memory without it).
+void expect_traffic_of(const FakeDevice& dev, LastPath want, bool counted = true) {
+  EXPECT_EQ(dev.host_payloads.load(), 0) << "the transport was handed host memory as device memory";
+  if (want == LastPath::direct) {
+    if (counted) {
+      EXPECT_GT(dev.device_payloads.load(), 0) << "the direct path handed the transport no device memory";
+    }
+    EXPECT_EQ(dev.stagings.load(), 0) << "the direct path staged through host memory";
+  } else {
+    EXPECT_EQ(dev.device_payloads.load(), 0);
+  }
+}
+
 // Every dtype x op, several counts, in place and out of place, on fake device
 // buffers; checks the path taken. `moves_device_memory`: the transports
 // accept device payloads (the direct path), through the fake's payload copy.
@@ -526,16 +559,7 @@ void check_allreduce_paths(int n, GpuPath setting, LastPath want, bool moves_dev
       config_with(setting), nullptr, moves_device_memory ? dev.payload_copy() : nullptr);
   expect_all_ok(outcomes);
   EXPECT_EQ(dev.begins.load(), dev.completes.load()) << "every call makes the caller's stream wait for it";
-  EXPECT_EQ(dev.host_payloads.load(), 0) << "the transport was handed host memory as device memory";
-  // (UCX takes the fake's device payloads as host memory, without the fake's copy.)
-  if (want == LastPath::direct) {
-    if (kind == TransportKind::inproc) {
-      EXPECT_GT(dev.device_payloads.load(), 0) << "the direct path handed the transport no device memory";
-    }
-    EXPECT_EQ(dev.stagings.load(), 0) << "the direct path staged through host memory";
-  } else {
-    EXPECT_EQ(dev.device_payloads.load(), 0);
-  }
+  expect_traffic_of(dev, want, kind == TransportKind::inproc);
 }
 
 TEST(DevicePaths, StagedAllreduceEveryDtypeOpOnTwoAndThreeRanks) {
@@ -596,7 +620,7 @@ TEST(DevicePaths, AutoTakesDirectWhenIpcIsImpossible) {
 
 // ANTDT_GPU_PATH=direct where the transports cannot move device memory:
 // every rank fails alike, naming the first such rank, and the communicator
-// stays usable (the next call, a Broadcast, which has no direct path, works).
+// stays usable (the next call, on host memory, works).
 TEST(DevicePaths, ForcedDirectFailsTogetherWhenATransportCannot) {
   FakeDevice dev(40);
   coll::device::ScopedBackend use(dev);
@@ -615,9 +639,9 @@ TEST(DevicePaths, ForcedDirectFailsTogetherWhenATransportCannot) {
             throw std::runtime_error(cat("wrong reason: ", e.what()));
         }
         dev.drain_this_thread();
-        comm.broadcast(buf, buf, count, DataType::i32, 0);  // no direct path: chosen as with auto
-        dev.drain_this_thread();
-        if (load(DataType::i32, buf, 0) != 1.0) throw std::runtime_error("the communicator is not usable after");
+        std::int32_t host = comm.rank() + 1;
+        comm.allreduce(&host, &host, 1, DataType::i32, ReduceOp::sum);  // host memory: no device path needed
+        if (host != n * (n + 1) / 2) throw std::runtime_error("the communicator is not usable after the refusal");
       },
       config_with(GpuPath::direct));
   expect_all_ok(outcomes);
@@ -719,8 +743,9 @@ void check_broadcast_paths(int n, GpuPath setting, LastPath want) {
           }
         }
       },
-      config_with(setting));
+      config_with(setting), nullptr, payloads_for(setting, dev));
   expect_all_ok(outcomes);
+  expect_traffic_of(dev, want);
   EXPECT_EQ(dev.begins.load(), dev.completes.load());
 }
 
@@ -784,8 +809,9 @@ void check_reduce_scatter_paths(int n, GpuPath setting, LastPath want) {
           }
         }
       },
-      config_with(setting));
+      config_with(setting), nullptr, payloads_for(setting, dev));
   expect_all_ok(outcomes);
+  expect_traffic_of(dev, want);
   EXPECT_EQ(dev.begins.load(), dev.completes.load());
 }
 
@@ -849,8 +875,9 @@ void check_allgather_paths(int n, GpuPath setting, LastPath want) {
                 throw std::runtime_error(cat("allgather in place ", dtype_name(t), ": rank ", q, "'s element ", i));
         }
       },
-      config_with(setting));
+      config_with(setting), nullptr, payloads_for(setting, dev));
   expect_all_ok(outcomes);
+  expect_traffic_of(dev, want);
   EXPECT_EQ(dev.begins.load(), dev.completes.load());
 }
 
@@ -900,8 +927,9 @@ void check_reduce_paths(int n, GpuPath setting, LastPath want) {
           }
         }
       },
-      config_with(setting));
+      config_with(setting), nullptr, payloads_for(setting, dev));
   expect_all_ok(outcomes);
+  expect_traffic_of(dev, want);
   EXPECT_EQ(dev.begins.load(), dev.completes.load());
 }
 
@@ -936,7 +964,9 @@ void check_alltoall_paths(int n, GpuPath setting) {
             dev.drain_this_thread();
             const std::string what = cat("alltoall ", dtype_name(t), in_place ? " in place" : " out of place",
                                          " on rank ", me);
-            const LastPath want = setting == GpuPath::staged || in_place ? LastPath::staged : LastPath::ipc;
+            const LastPath want = setting == GpuPath::direct                 ? LastPath::direct
+                                  : setting == GpuPath::staged || in_place ? LastPath::staged
+                                                                           : LastPath::ipc;
             if (coll::device::last_alltoall_path() != want) throw std::runtime_error(what + ": wrong path");
             for (std::size_t q = 0; q < un; ++q)
               for (std::size_t i = 0; i < count; ++i)
@@ -946,14 +976,30 @@ void check_alltoall_paths(int n, GpuPath setting) {
           }
         }
       },
-      config_with(setting));
+      config_with(setting), nullptr, payloads_for(setting, dev));
   expect_all_ok(outcomes);
+  if (setting == GpuPath::direct) expect_traffic_of(dev, LastPath::direct);
   EXPECT_EQ(dev.begins.load(), dev.completes.load());
 }
 
 TEST(DevicePaths, IpcAlltoallOnTwoToFourRanksAndStagedInPlace) {
   for (int n = 2; n <= 4; ++n) check_alltoall_paths(n, GpuPath::automatic);
   check_alltoall_paths(3, GpuPath::staged);
+}
+
+// The direct path for every other collective: its host algorithm on the
+// device buffers, payloads handed to the transport in device memory, copies
+// and reductions on the (fake) device, which runs them only when waited for,
+// so a copy or reduction sent on before it ran arrives stale.
+TEST(DevicePaths, DirectBroadcastReduceReduceScatterAllgatherAlltoallOnTwoToFourRanks) {
+  for (int n = 2; n <= 4; ++n) {
+    SCOPED_TRACE(cat(n, " ranks"));
+    check_broadcast_paths(n, GpuPath::direct, LastPath::direct);
+    check_reduce_paths(n, GpuPath::direct, LastPath::direct);
+    check_reduce_scatter_paths(n, GpuPath::direct, LastPath::direct);
+    check_allgather_paths(n, GpuPath::direct, LastPath::direct);
+    check_alltoall_paths(n, GpuPath::direct);
+  }
 }
 
 TEST(DevicePaths, IpcAllgathervWithDifferentCountsFailsWithMismatch) {
