@@ -15,7 +15,6 @@ namespace antdt::coll {
 void allreduce_ring(Call& call, const std::byte* send, std::byte* recv, std::size_t count, DataType dtype,
                     ReduceOp op, std::span<const int> members = {});
 
-
 // Pipelined chain root -> root+1 -> ... (large messages).
 void broadcast_chain(Call& call, const std::byte* send, std::byte* recv, std::size_t bytes, int root);
 // Binomial tree (small messages: log2(n) latency).
