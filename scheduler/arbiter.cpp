@@ -17,13 +17,17 @@ constexpr double kMinGraceSeconds = 0.001;
 // waited for; only ranks late by a good part of a step are skipped.
 constexpr double kMinGraceStepFraction = 0.1;
 // With defer a late contribution is not lost: it joins the next step, and the
-// late rank fetches the result it missed. Waiting for it is then worth only
-// what catching it up costs, about one transfer of the result, so the grace is
-// the ranks' typical transfer time or their measured arrival jitter, with a
-// floor for wake-ups. (Measured
-// with 10% 5x spikes on 4 ranks: 4 KiB gradients 1.40x BSP with a 2 ms grace,
-// 1.51x with 0.3 ms; docs/benchmarks.md.)
+// late rank fetches the result it missed. Waiting for it is then worth what
+// deferring it costs: the push of the missed result (one transfer), and a next
+// step that carries the deferred contribution, whose contributors then have
+// unequal weights and take the weighted ring (about one transfer more). So the
+// grace is kDeferGraceTransfers of the ranks' typical transfer time, or their
+// measured arrival jitter, with a floor for wake-ups. (Measured with 10% 5x
+// spikes on 4 ranks: 4 KiB gradients 1.40x BSP with a 2 ms grace, 1.51x with
+// 0.3 ms; 1 MiB gradients 1.33-1.40x with one transfer (0.6-1.0 ms), 1.45-1.49x
+// with 1.5 ms, 1.42x with 3 ms, 1.30x with 0.3 ms; docs/benchmarks.md.)
 constexpr double kMinDeferGraceSeconds = 0.0002;
+constexpr double kDeferGraceTransfers = 2.0;
 
 }  // namespace
 
@@ -47,7 +51,8 @@ Arbiter::Arbiter(const ArbiterConfig& cfg)
 double Arbiter::grace_seconds() const {
   if (cfg_.grace_s > 0) return cfg_.grace_s;
   if (policy_ == LatePolicy::defer)
-    return std::max({kMinDeferGraceSeconds, monitor_.measured_jitter(), monitor_.expected_transfer()});
+    return std::max(
+        {kMinDeferGraceSeconds, monitor_.measured_jitter(), kDeferGraceTransfers * monitor_.expected_transfer()});
   return std::max({kMinGraceSeconds, monitor_.grace(), kMinGraceStepFraction * monitor_.expected_step()});
 }
 

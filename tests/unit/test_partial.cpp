@@ -332,6 +332,49 @@ TEST(ArbiterTest, ClosesAtQuorumPlusGraceAndNotBefore) {
   EXPECT_EQ(d2.catchups[0].from_step, 1u);
 }
 
+// With defer and no grace set, a step waits for a missing rank about what
+// deferring it costs: two of the ranks' typical transfers (the missed result's
+// push, and the weighted ring of the step that carries the late contribution).
+TEST(ArbiterTest, DeferGraceIsTwoTransfers) {
+  partial::ArbiterConfig cfg;
+  cfg.ranks = 4;
+  cfg.warmup_steps = 0;  // grace_s 0: derived from the Monitor
+  partial::Arbiter arb(cfg);
+  std::vector<partial::Arbiter::Out> out;
+  const auto ms = [](double v) {
+    return std::chrono::duration_cast<partial::Clock::duration>(std::chrono::duration<double, std::milli>(v));
+  };
+  const auto t0 = partial::Clock::now();
+  constexpr double kTransferMs = 4;
+  auto arrive = [&](int r, std::uint64_t step, partial::Clock::time_point t) {
+    partial::Arrival a;
+    a.rank = r;
+    a.step = step;
+    a.weight = 1;
+    a.policy = LatePolicy::defer;
+    a.staleness = 2;
+    a.compute_s = 0.020;  // every rank alike: no arrival spread, so the transfers decide the grace
+    a.transfer_s = kTransferMs / 1e3;
+    arb.on_arrival(a, t, out);
+  };
+  // Ten steps where everyone is on time (each closes at once) teach the Monitor the transfer time.
+  std::uint64_t step = 1;
+  for (; step <= 10; ++step) {
+    for (int r = 0; r < 4; ++r) arrive(r, step, t0 + ms(30.0 * static_cast<double>(step)));
+    ASSERT_EQ(out.size(), 4u) << "step " << step << " should close when every rank is there";
+    out.clear();
+  }
+  // Rank 3 is missing: not closed after one transfer, closed after two.
+  const auto t = t0 + ms(30.0 * static_cast<double>(step));
+  for (int r = 0; r < 3; ++r) arrive(r, step, t);
+  EXPECT_TRUE(out.empty());
+  arb.on_tick(t + ms(1.5 * kTransferMs), out);
+  EXPECT_TRUE(out.empty()) << "closed after 1.5 transfers: the grace is two";
+  arb.on_tick(t + ms(2.2 * kTransferMs), out);
+  ASSERT_EQ(out.size(), 3u) << "not closed after 2.2 transfers";
+  EXPECT_EQ(std::get<partial::Decision>(out[0].message).contributors.size(), 3u);
+}
+
 TEST(ArbiterTest, WaitPolicyNeverClosesWithoutEveryRank) {
   partial::ArbiterConfig cfg;
   cfg.ranks = 3;
