@@ -60,35 +60,6 @@ std::size_t range_owner(std::size_t first, std::size_t count, std::size_t total,
   return std::min(servers - 1, static_cast<std::size_t>(midpoint * static_cast<double>(servers)));
 }
 
-template <class T>
-void accumulate_as(T* acc, const T* src, std::size_t n, T w, bool first) {
-  if (first)
-    for (std::size_t i = 0; i < n; ++i) acc[i] = w * src[i];
-  else
-    for (std::size_t i = 0; i < n; ++i) acc[i] += w * src[i];
-}
-
-// Integer sums wrap (two's complement): computed in the unsigned type.
-template <class T>
-void accumulate_int(std::byte* acc_bytes, const std::byte* src_bytes, std::size_t n, double weight, bool first) {
-  using U = std::make_unsigned_t<T>;
-  const U w = static_cast<U>(static_cast<std::int64_t>(weight));
-  auto* acc = reinterpret_cast<T*>(acc_bytes);
-  const auto* src = reinterpret_cast<const T*>(src_bytes);
-  for (std::size_t i = 0; i < n; ++i) {
-    const U term = static_cast<U>(static_cast<U>(src[i]) * w);
-    acc[i] = static_cast<T>(first ? term : static_cast<U>(static_cast<U>(acc[i]) + term));
-  }
-}
-
-void accumulate_half(DataType t, float* acc, const std::uint16_t* src, std::size_t n, float w, bool first) {
-  const bool half = t == DataType::f16;
-  for (std::size_t i = 0; i < n; ++i) {
-    const float term = w * (half ? half_to_float(src[i]) : bf16_to_float(src[i]));
-    acc[i] = first ? term : acc[i] + term;
-  }
-}
-
 }  // namespace
 
 std::vector<std::pair<std::size_t, std::size_t>> split(std::size_t count, std::size_t esize,
@@ -199,10 +170,6 @@ std::uint64_t Layout::hash() const noexcept {
   return h;
 }
 
-DataType accumulator_type(DataType t) noexcept {
-  return t == DataType::f16 || t == DataType::bf16 ? DataType::f32 : t;
-}
-
 void check_weight(DataType t, double weight, const char* what) {
   ANTDT_CHECK_ARG(std::isfinite(weight) && weight >= 0, what, ": weight must be finite and >= 0, got ", weight);
   if (!is_float(t))
@@ -210,56 +177,7 @@ void check_weight(DataType t, double weight, const char* what) {
                     " needs an integral weight, got ", weight);
 }
 
-void accumulate(DataType t, std::byte* acc, const std::byte* src, std::size_t n, double weight, bool first) {
-  switch (t) {
-    case DataType::f32:
-      return accumulate_as(reinterpret_cast<float*>(acc), reinterpret_cast<const float*>(src), n,
-                           static_cast<float>(weight), first);
-    case DataType::f64:
-      return accumulate_as(reinterpret_cast<double*>(acc), reinterpret_cast<const double*>(src), n, weight, first);
-    case DataType::f16:
-    case DataType::bf16:
-      return accumulate_half(t, reinterpret_cast<float*>(acc), reinterpret_cast<const std::uint16_t*>(src), n,
-                             static_cast<float>(weight), first);
-    case DataType::i8: return accumulate_int<std::int8_t>(acc, src, n, weight, first);
-    case DataType::u8: return accumulate_int<std::uint8_t>(acc, src, n, weight, first);
-    case DataType::i32: return accumulate_int<std::int32_t>(acc, src, n, weight, first);
-    case DataType::u32: return accumulate_int<std::uint32_t>(acc, src, n, weight, first);
-    case DataType::i64: return accumulate_int<std::int64_t>(acc, src, n, weight, first);
-    case DataType::u64: return accumulate_int<std::uint64_t>(acc, src, n, weight, first);
-  }
-  raise<InvalidArgument>("push-pull: unknown dtype ", static_cast<int>(t));
-}
-
-bool finish_is_copy(DataType t, ReduceOp op) noexcept { return op == ReduceOp::sum && accumulator_type(t) == t; }
-
-void finish(DataType t, ReduceOp op, const std::byte* acc, std::byte* out, std::size_t n, double total_weight) {
-  ANTDT_ASSERT(op == ReduceOp::sum || op == ReduceOp::avg);
-  if (finish_is_copy(t, op)) {
-    if (n > 0 && acc != out) std::memcpy(out, acc, n * dtype_size(t));
-    return;
-  }
-  ANTDT_CHECK_ARG(is_float(t), "push-pull: avg needs a floating-point dtype, not ", dtype_name(t));
-  const bool avg = op == ReduceOp::avg;
-  const bool empty = avg && total_weight == 0;  // nothing pushed this round
-  if (t == DataType::f64) {
-    const auto* a = reinterpret_cast<const double*>(acc);
-    auto* o = reinterpret_cast<double*>(out);
-    for (std::size_t i = 0; i < n; ++i) o[i] = empty ? 0.0 : a[i] / total_weight;
-    return;
-  }
-  const auto* a = reinterpret_cast<const float*>(acc);
-  const float w = static_cast<float>(total_weight);
-  auto value = [&](std::size_t i) { return empty ? 0.0f : avg ? a[i] / w : a[i]; };
-  if (t == DataType::f32) {
-    auto* o = reinterpret_cast<float*>(out);
-    for (std::size_t i = 0; i < n; ++i) o[i] = value(i);
-    return;
-  }
-  auto* o = reinterpret_cast<std::uint16_t*>(out);
-  const bool half = t == DataType::f16;
-  for (std::size_t i = 0; i < n; ++i) o[i] = half ? float_to_half(value(i)) : float_to_bf16(value(i));
-}
+bool finish_is_copy(DataType t, ReduceOp op) noexcept { return op == ReduceOp::sum && weighted_sum_type(t) == t; }
 
 }  // namespace antdt::coll::ps
 
@@ -288,7 +206,7 @@ class PushPullState {
       sh.lo = pieces[sh.first_piece].first;
       sh.hi = pieces[sh.first_piece + sh.pieces - 1].first + pieces[sh.first_piece + sh.pieces - 1].count;
       const auto& e = layout_.keys[ki];
-      sh.acc.assign((sh.hi - sh.lo) * dtype_size(accumulator_type(e.spec.dtype)), std::byte{0});
+      sh.acc.assign((sh.hi - sh.lo) * dtype_size(weighted_sum_type(e.spec.dtype)), std::byte{0});
     }
     remote_weights_.resize(layout_.workers.size());
     // Each key's servers and their ranges (a server's pieces of a key are contiguous).
@@ -338,7 +256,7 @@ class PushPullState {
   struct Shard {
     std::size_t first_piece = 0, pieces = 0;
     std::size_t lo = 0, hi = 0;
-    std::vector<std::byte> acc;     // accumulator_type elements
+    std::vector<std::byte> acc;     // weighted_sum_type elements
     std::vector<std::byte> result;  // dtype elements, when finish() is not a copy
     std::optional<ReduceOp> result_op;  // result holds finish(op) of the current aggregate
     double total_weight = 0;
@@ -401,7 +319,7 @@ const std::byte* PushPullState::shard_result(std::size_t ki, ReduceOp op) {
   if (sh.result_op != op) {
     const std::size_t n = sh.hi - sh.lo;
     sh.result.resize(n * e.esize);
-    finish(e.spec.dtype, op, sh.acc.data(), sh.result.data(), n, sh.total_weight);
+    finish_weighted(e.spec.dtype, op, sh.acc.data(), sh.result.data(), n, sh.total_weight);
     sh.result_op = op;
   }
   return sh.result.data();
@@ -489,7 +407,7 @@ void PushPullState::push(std::size_t ki, const std::byte* device_or_host_data, d
       check_weight(e.spec.dtype, remote_weights_[w], "push (a worker's weight)");
     }
     const bool first_push = !sh.round_open;
-    const std::size_t acc_size = dtype_size(accumulator_type(e.spec.dtype));
+    const std::size_t acc_size = dtype_size(weighted_sum_type(e.spec.dtype));
     for (std::size_t q = 0; q < sh.pieces; ++q) {
       const auto& p = pieces[sh.first_piece + q];
       for (std::size_t w = 0; w < nworkers; ++w) {
@@ -500,7 +418,7 @@ void PushPullState::push(std::size_t ki, const std::byte* device_or_host_data, d
           call.wait(recv_base + w * per_worker + 1 + q);
           src = staging.data() + slot(w) * shard_bytes + (p.first - sh.lo) * e.esize;
         }
-        accumulate(e.spec.dtype, sh.acc.data() + (p.first - sh.lo) * acc_size, src, p.count, remote_weights_[w],
+        accumulate_weighted(e.spec.dtype, sh.acc.data() + (p.first - sh.lo) * acc_size, src, p.count, remote_weights_[w],
                    first_push && w == 0);
       }
     }
@@ -606,7 +524,7 @@ void PushPullState::partial_reduce(Call& call, std::size_t ki, ReduceOp op,
   const std::size_t shard_bytes = (hi - lo) * e.esize;
   auto slot = [my_index](std::size_t i) { return i > my_index ? i - 1 : i; };  // skips this rank
   auto staging = call.scratch((m - 1) * shard_bytes);
-  const std::size_t acc_size = dtype_size(accumulator_type(e.spec.dtype));
+  const std::size_t acc_size = dtype_size(weighted_sum_type(e.spec.dtype));
   if (partial_acc_.size() < (hi - lo) * acc_size) partial_acc_.resize((hi - lo) * acc_size);
   double total = 0;
   for (const auto& c : contributors) total += c.weight;
@@ -638,10 +556,10 @@ void PushPullState::partial_reduce(Call& call, std::size_t ki, ReduceOp op,
         call.wait(recv_index_[i] + (q - qa));
         src = staging.data() + slot(i) * shard_bytes + (p.first - lo) * e.esize;
       }
-      accumulate(e.spec.dtype, acc, src, p.count, contributors[i].weight, i == 0);
+      accumulate_weighted(e.spec.dtype, acc, src, p.count, contributors[i].weight, i == 0);
     }
     std::byte* out = result + p.first * e.esize;
-    finish(e.spec.dtype, op, acc, out, p.count, total);
+    finish_weighted(e.spec.dtype, op, acc, out, p.count, total);
     for (std::size_t i = 0; i < m; ++i)
       if (i != my_index) call.send(index++, contributors[i].rank, std::span(out, p.count * e.esize));
   }

@@ -70,16 +70,11 @@ struct Layout {
 std::vector<std::pair<std::size_t, std::size_t>> split(std::size_t count, std::size_t esize,
                                                        std::size_t partition_bytes);
 
-// The dtype aggregates are kept in: f32 for f16/bf16, the dtype itself otherwise.
-DataType accumulator_type(DataType t) noexcept;
 // Checks that `weight` suits `t` (finite, >= 0; integral for integer dtypes).
 void check_weight(DataType t, double weight, const char* what);
-// acc[0, n) (accumulator_type(t)) = (first ? 0 : acc) + weight * src[0, n) (t),
-// element by element; integer sums wrap.
-void accumulate(DataType t, std::byte* acc, const std::byte* src, std::size_t n, double weight, bool first);
-// out[0, n) (t) = acc (sum) or acc / total_weight (avg; zeros when total_weight is 0).
-void finish(DataType t, ReduceOp op, const std::byte* acc, std::byte* out, std::size_t n, double total_weight);
-// True when finish() for (t, op) is a plain copy, so acc can be sent as it is.
+// Aggregates are kept in weighted_sum_type(t), added to with
+// accumulate_weighted and finished with finish_weighted (core/dtype.hpp).
+// True when finish_weighted for (t, op) is a plain copy, so acc can be sent as it is.
 bool finish_is_copy(DataType t, ReduceOp op) noexcept;
 
 // ---- Push and pull through shared memory (pushpull_shm.cpp) ----
@@ -97,7 +92,7 @@ struct ShmKey {
   std::span<const int> workers, servers;   // ascending; servers: every server of the layout
   std::span<const ServerRange> server_ranges;  // the key's servers with a non-empty range
   std::size_t shard_lo = 0, shard_hi = 0;  // this server's range
-  std::byte* acc = nullptr;                // push: this server's aggregate (accumulator_type elements)
+  std::byte* acc = nullptr;                // push: this server's aggregate (weighted_sum_type elements)
   bool first_push = false;                 // push: the first of the round (the aggregate restarts)
 };
 // Elements of a block (a slot less its header).

@@ -86,7 +86,7 @@ void shm_push(Call& call, ShmChannel& channel, const ShmKey& key, const std::byt
   const std::size_t block = shm_block_elements(channel, esize);
   ANTDT_ASSERT(block > 0);
   const std::uint64_t hash = call.signature_hash();
-  const std::size_t acc_size = dtype_size(accumulator_type(key.dtype));
+  const std::size_t acc_size = dtype_size(weighted_sum_type(key.dtype));
   std::optional<Round> last;
   for (std::size_t first = 0; first < key.count; first += block) {
     const std::size_t n = std::min(block, key.count - first);
@@ -120,7 +120,7 @@ void shm_push(Call& call, ShmChannel& channel, const ShmKey& key, const std::byt
         check_weight(key.dtype, weights[w], "push (a worker's weight)");
       }
       if (lo < hi)
-        accumulate(key.dtype, key.acc + (lo - key.shard_lo) * acc_size, slot_data + kHeaderBytes + (lo - first) * esize,
+        accumulate_weighted(key.dtype, key.acc + (lo - key.shard_lo) * acc_size, slot_data + kHeaderBytes + (lo - first) * esize,
                    hi - lo, weights[w], key.first_push && w == 0);
     }
     // Taken: the workers may rewrite their slots three rounds on. (A server

@@ -383,6 +383,131 @@ void reduce_validated(DataType t, ReduceOp op, std::byte* out, const std::byte* 
   });
 }
 
+// ---------------------------------------------------------------------------
+// Weighted sums (push-pull servers): acc = [acc +] w * src, acc in the work
+// type (f32 for f16/bf16). Plain loops over distinct buffers, so they
+// vectorize; each element is one multiply and one add, as written (no FMA
+// contraction under -std=c++20), whatever the ISA.
+// ---------------------------------------------------------------------------
+template <class T>
+void weighted_distinct(T* __restrict acc, const T* __restrict src, std::size_t n, T w, bool first) noexcept {
+  if (first)
+    for (std::size_t i = 0; i < n; ++i) acc[i] = w * src[i];
+  else
+    for (std::size_t i = 0; i < n; ++i) acc[i] += w * src[i];
+}
+
+// Integer sums wrap (two's complement): computed in the unsigned type.
+template <class T>
+void weighted_integer(T* __restrict acc, const T* __restrict src, std::size_t n, std::make_unsigned_t<T> w,
+                      bool first) noexcept {
+  using U = std::make_unsigned_t<T>;
+  for (std::size_t i = 0; i < n; ++i) {
+    const U term = static_cast<U>(static_cast<U>(src[i]) * w);
+    acc[i] = static_cast<T>(first ? term : static_cast<U>(static_cast<U>(acc[i]) + term));
+  }
+}
+
+// f16/bf16 inputs, widened block by block.
+template <class Codec>
+void weighted_blocked(float* acc, const std::byte* src, std::size_t n, float w, bool first) noexcept {
+  constexpr std::size_t kBlock = block_elements<Codec>();
+  float in[kBlock];
+  for (std::size_t i = 0; i < n; i += kBlock) {
+    const std::size_t m = std::min(kBlock, n - i);
+    Codec::load(in, src + i * sizeof(typename Codec::Storage), m);
+    weighted_distinct(acc + i, in, m, w, first);
+  }
+}
+
+template <class T>
+void quotient_distinct(T* __restrict out, const T* __restrict acc, std::size_t n, T w) noexcept {
+  for (std::size_t i = 0; i < n; ++i) out[i] = acc[i] / w;
+}
+
+// A finished f32 aggregate (divided by w when `divide`) stored as f16/bf16.
+template <class Codec>
+void finish_blocked(std::byte* out, const float* acc, std::size_t n, bool divide, float w) noexcept {
+  constexpr std::size_t kBlock = block_elements<Codec>();
+  float value[kBlock];
+  for (std::size_t i = 0; i < n; i += kBlock) {
+    const std::size_t m = std::min(kBlock, n - i);
+    if (divide)
+      quotient_distinct(value, acc + i, m, w);
+    else
+      std::memcpy(value, acc + i, m * sizeof(float));
+    Codec::store(out + i * sizeof(typename Codec::Storage), value, m);
+  }
+}
+
+#ifdef ANTDT_HAVE_X86_DISPATCH
+__attribute__((flatten, target_clones("arch=x86-64-v3", "default")))
+#endif
+void accumulate_validated(DataType t, std::byte* acc, const std::byte* src, std::size_t n, double weight,
+                          bool first) noexcept {
+  switch (t) {
+    case DataType::f32:
+      return weighted_distinct(reinterpret_cast<float*>(acc), reinterpret_cast<const float*>(src), n,
+                               static_cast<float>(weight), first);
+    case DataType::f64:
+      return weighted_distinct(reinterpret_cast<double*>(acc), reinterpret_cast<const double*>(src), n, weight, first);
+    case DataType::f16:
+      return weighted_blocked<HalfCodec>(reinterpret_cast<float*>(acc), src, n, static_cast<float>(weight), first);
+    case DataType::bf16:
+      return weighted_blocked<Bf16Codec>(reinterpret_cast<float*>(acc), src, n, static_cast<float>(weight), first);
+    case DataType::i8:
+    case DataType::u8:
+    case DataType::i32:
+    case DataType::u32:
+    case DataType::i64:
+    case DataType::u64: break;
+  }
+  const auto integral = static_cast<std::uint64_t>(static_cast<std::int64_t>(weight));
+  switch (t) {
+    case DataType::i8:
+      return weighted_integer(reinterpret_cast<std::int8_t*>(acc), reinterpret_cast<const std::int8_t*>(src), n,
+                              static_cast<std::uint8_t>(integral), first);
+    case DataType::u8:
+      return weighted_integer(reinterpret_cast<std::uint8_t*>(acc), reinterpret_cast<const std::uint8_t*>(src), n,
+                              static_cast<std::uint8_t>(integral), first);
+    case DataType::i32:
+      return weighted_integer(reinterpret_cast<std::int32_t*>(acc), reinterpret_cast<const std::int32_t*>(src), n,
+                              static_cast<std::uint32_t>(integral), first);
+    case DataType::u32:
+      return weighted_integer(reinterpret_cast<std::uint32_t*>(acc), reinterpret_cast<const std::uint32_t*>(src), n,
+                              static_cast<std::uint32_t>(integral), first);
+    case DataType::i64:
+      return weighted_integer(reinterpret_cast<std::int64_t*>(acc), reinterpret_cast<const std::int64_t*>(src), n,
+                              integral, first);
+    case DataType::u64:
+      return weighted_integer(reinterpret_cast<std::uint64_t*>(acc), reinterpret_cast<const std::uint64_t*>(src), n,
+                              integral, first);
+    default: return;
+  }
+}
+
+#ifdef ANTDT_HAVE_X86_DISPATCH
+__attribute__((flatten, target_clones("arch=x86-64-v3", "default")))
+#endif
+void finish_validated(DataType t, bool divide, const std::byte* acc, std::byte* out, std::size_t n,
+                      double total_weight) noexcept {
+  // f32 and f64 arrive here only to be divided: their sum is a plain copy.
+  switch (t) {
+    case DataType::f64:
+      return quotient_distinct(reinterpret_cast<double*>(out), reinterpret_cast<const double*>(acc), n, total_weight);
+    case DataType::f32:
+      return quotient_distinct(reinterpret_cast<float*>(out), reinterpret_cast<const float*>(acc), n,
+                               static_cast<float>(total_weight));
+    case DataType::f16:
+      return finish_blocked<HalfCodec>(out, reinterpret_cast<const float*>(acc), n, divide,
+                                       static_cast<float>(total_weight));
+    case DataType::bf16:
+      return finish_blocked<Bf16Codec>(out, reinterpret_cast<const float*>(acc), n, divide,
+                                       static_cast<float>(total_weight));
+    default: return;
+  }
+}
+
 // Two byte ranges either are the same range or do not overlap at all.
 bool same_or_disjoint(const std::byte* x, const std::byte* y, std::size_t bytes) noexcept {
   if (x == y || bytes == 0) return true;
@@ -433,6 +558,33 @@ void finish_avg(DataType t, std::span<std::byte> data, std::size_t nranks) {
   const std::size_t n = element_count(t, data, "the averaged buffer");
   if (n == 0 || nranks == 1) return;
   with_codec(t, [&](auto codec) { divide_blocked<typename decltype(codec)::type>(data.data(), n, nranks); });
+}
+
+DataType weighted_sum_type(DataType t) noexcept {
+  return t == DataType::f16 || t == DataType::bf16 ? DataType::f32 : t;
+}
+
+void accumulate_weighted(DataType t, std::byte* acc, const std::byte* src, std::size_t n, double weight, bool first) {
+  check_dtype(t);
+  if (n > 0) accumulate_validated(t, acc, src, n, weight, first);
+}
+
+void finish_weighted(DataType t, ReduceOp op, const std::byte* acc, std::byte* out, std::size_t n,
+                     double total_weight) {
+  check_dtype(t);
+  ANTDT_CHECK_ARG(op == ReduceOp::sum || op == ReduceOp::avg, "finish_weighted: op must be sum or avg");
+  if (n == 0) return;
+  if (op == ReduceOp::sum && weighted_sum_type(t) == t) {
+    if (acc != out) std::memcpy(out, acc, n * dtype_size(t));
+    return;
+  }
+  const bool is_float = t == DataType::f32 || t == DataType::f64 || t == DataType::f16 || t == DataType::bf16;
+  ANTDT_CHECK_ARG(is_float, "push-pull: avg needs a floating-point dtype, not ", dtype_name(t));
+  if (op == ReduceOp::avg && total_weight == 0) {  // nothing pushed this round: zeros
+    std::memset(out, 0, n * dtype_size(t));
+    return;
+  }
+  finish_validated(t, op == ReduceOp::avg, acc, out, n, total_weight);
 }
 
 float half_to_float(std::uint16_t h) noexcept { return half_bits_to_float(h); }

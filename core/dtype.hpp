@@ -25,6 +25,18 @@ void reduce_into(DataType t, ReduceOp op, std::span<std::byte> out, std::span<co
 // (integer types: truncating division).
 void finish_avg(DataType t, std::span<std::byte> data, std::size_t nranks);
 
+// Weighted sums (push-pull servers). The aggregate is kept in
+// weighted_sum_type(t): f32 for f16/bf16, t itself otherwise.
+DataType weighted_sum_type(DataType t) noexcept;
+// acc[0, n) = (first ? 0 : acc) + weight * src[0, n) (src in t), element by
+// element; integer sums wrap and take the weight as an integer. acc and src
+// must not overlap.
+void accumulate_weighted(DataType t, std::byte* acc, const std::byte* src, std::size_t n, double weight, bool first);
+// out[0, n) (t) = acc (sum) or acc / total_weight (avg; zeros when total_weight
+// is 0), rounded to t. avg needs a floating-point t (InvalidArgument otherwise).
+void finish_weighted(DataType t, ReduceOp op, const std::byte* acc, std::byte* out, std::size_t n,
+                     double total_weight);
+
 // Scalar conversions used by kernels and tests.
 float half_to_float(std::uint16_t h) noexcept;
 std::uint16_t float_to_half(float f) noexcept;

@@ -647,5 +647,105 @@ TEST(DtypeConvert, HalfSpotValues) {
   EXPECT_EQ(bf16_to_float(0x0001), std::ldexp(1.0f, -133));
 }
 
+// ---------------------------------------------------------------------------
+// Weighted sums (push-pull): accumulate_weighted / finish_weighted against an
+// element-by-element reference computed in the accumulator type, one multiply
+// and one add per element (no FMA), over lengths that cover vector bodies and
+// tails, with unaligned starting elements.
+// ---------------------------------------------------------------------------
+template <class T>
+void check_weighted_native(DataType t, unsigned seed) {
+  std::mt19937 rng(seed);
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{33}, std::size_t{1027}}) {
+    for (std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
+      std::vector<T> src(n + offset), acc(n + offset), want(n + offset);
+      std::uniform_int_distribution<int> value(-1000, 1000);
+      for (std::size_t i = 0; i < n + offset; ++i) {
+        src[i] = static_cast<T>(std::is_floating_point_v<T> ? value(rng) / 7.0 : value(rng));
+        acc[i] = want[i] = static_cast<T>(std::is_floating_point_v<T> ? value(rng) / 3.0 : value(rng));
+      }
+      const double weight = std::is_floating_point_v<T> ? 0.3 : 3;
+      for (bool first : {false, true}) {
+        std::vector<T> got = acc, expect = want;
+        for (std::size_t i = offset; i < n + offset; ++i) {
+          if constexpr (std::is_floating_point_v<T>) {
+            const T product = static_cast<T>(weight) * src[i];  // rounded to T before the add
+            expect[i] = first ? product : static_cast<T>(expect[i] + product);
+          } else {
+            using U = std::make_unsigned_t<T>;
+            const U term = static_cast<U>(static_cast<U>(src[i]) * static_cast<U>(weight));
+            expect[i] = static_cast<T>(first ? term : static_cast<U>(static_cast<U>(expect[i]) + term));
+          }
+        }
+        accumulate_weighted(t, reinterpret_cast<std::byte*>(got.data() + offset),
+                            reinterpret_cast<const std::byte*>(src.data() + offset), n, weight, first);
+        ASSERT_EQ(std::memcmp(got.data(), expect.data(), got.size() * sizeof(T)), 0)
+            << dtype_name(t) << " n=" << n << " offset=" << offset << " first=" << first;
+      }
+      if constexpr (std::is_floating_point_v<T>) {
+        std::vector<T> out(n + offset, T{-1}), expect(n + offset, T{-1});
+        const double total = 2.5;
+        for (std::size_t i = offset; i < n + offset; ++i) expect[i] = acc[i] / static_cast<T>(total);
+        finish_weighted(t, ReduceOp::avg, reinterpret_cast<const std::byte*>(acc.data() + offset),
+                        reinterpret_cast<std::byte*>(out.data() + offset), n, total);
+        ASSERT_EQ(std::memcmp(out.data(), expect.data(), out.size() * sizeof(T)), 0) << dtype_name(t) << " avg";
+        finish_weighted(t, ReduceOp::sum, reinterpret_cast<const std::byte*>(acc.data() + offset),
+                        reinterpret_cast<std::byte*>(out.data() + offset), n, total);
+        ASSERT_EQ(std::memcmp(out.data() + offset, acc.data() + offset, n * sizeof(T)), 0) << dtype_name(t) << " sum";
+        finish_weighted(t, ReduceOp::avg, reinterpret_cast<const std::byte*>(acc.data() + offset),
+                        reinterpret_cast<std::byte*>(out.data() + offset), n, 0.0);
+        for (std::size_t i = offset; i < n + offset; ++i) ASSERT_EQ(out[i], T{0}) << "avg of nothing is zero";
+      }
+    }
+  }
+}
+
+TEST(DtypeWeighted, NativeTypesMatchTheElementwiseReference) {
+  EXPECT_EQ(weighted_sum_type(DataType::f32), DataType::f32);
+  check_weighted_native<float>(DataType::f32, 1);
+  check_weighted_native<double>(DataType::f64, 2);
+  check_weighted_native<std::int8_t>(DataType::i8, 3);
+  check_weighted_native<std::uint8_t>(DataType::u8, 4);
+  check_weighted_native<std::int32_t>(DataType::i32, 5);
+  check_weighted_native<std::uint32_t>(DataType::u32, 6);
+  check_weighted_native<std::int64_t>(DataType::i64, 7);
+  check_weighted_native<std::uint64_t>(DataType::u64, 8);
+}
+
+// f16/bf16 inputs accumulate in f32 and finish rounded back.
+TEST(DtypeWeighted, HalfTypesAccumulateInF32AndRoundOnFinish) {
+  for (DataType t : {DataType::f16, DataType::bf16}) {
+    EXPECT_EQ(weighted_sum_type(t), DataType::f32);
+    const bool half = t == DataType::f16;
+    const std::size_t n = 1029;  // several 256-element blocks and a tail
+    std::vector<std::uint16_t> src(n);
+    std::vector<float> acc(n), expect(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const float v = static_cast<float>(static_cast<int>(i % 97) - 48) / 8.0f;
+      src[i] = half ? float_to_half(v) : float_to_bf16(v);
+      acc[i] = expect[i] = static_cast<float>(i % 13) * 0.25f;
+    }
+    const float w = 0.7f;
+    for (std::size_t i = 0; i < n; ++i) {
+      const float product = w * (half ? half_to_float(src[i]) : bf16_to_float(src[i]));
+      expect[i] = expect[i] + product;
+    }
+    accumulate_weighted(t, reinterpret_cast<std::byte*>(acc.data()), reinterpret_cast<const std::byte*>(src.data()),
+                        n, w, false);
+    ASSERT_EQ(std::memcmp(acc.data(), expect.data(), n * sizeof(float)), 0) << dtype_name(t);
+    std::vector<std::uint16_t> out(n);
+    finish_weighted(t, ReduceOp::avg, reinterpret_cast<const std::byte*>(acc.data()),
+                    reinterpret_cast<std::byte*>(out.data()), n, 3.0);
+    for (std::size_t i = 0; i < n; ++i) {
+      const float q = acc[i] / 3.0f;
+      ASSERT_EQ(out[i], half ? float_to_half(q) : float_to_bf16(q)) << dtype_name(t) << " element " << i;
+    }
+  }
+  std::vector<std::int32_t> ints(4, 1), out(4);
+  EXPECT_THROW(finish_weighted(DataType::i32, ReduceOp::avg, reinterpret_cast<const std::byte*>(ints.data()),
+                               reinterpret_cast<std::byte*>(out.data()), 4, 2.0),
+               InvalidArgument);
+}
+
 }  // namespace
 }  // namespace antdt
