@@ -173,12 +173,23 @@ struct Float16Codec {
   using Work = float;
   static constexpr bool native = false;
   static constexpr std::size_t kMaxBlock = 256;
+  // Aligned storage (the usual case) is converted in place; a misaligned one
+  // goes through a stack copy. (The copy costs more than the conversion: it
+  // compiles to rep movs, which made bf16 reduction 5x slower than f32.)
   static void load(float* dst, const std::byte* src, std::size_t n) noexcept {
+    if (reinterpret_cast<std::uintptr_t>(src) % alignof(std::uint16_t) == 0) {
+      ToFloat(dst, reinterpret_cast<const std::uint16_t*>(src), n);
+      return;
+    }
     std::uint16_t bits[kMaxBlock];
     std::memcpy(bits, src, n * sizeof(std::uint16_t));
     ToFloat(dst, bits, n);
   }
   static void store(std::byte* dst, const float* src, std::size_t n) noexcept {
+    if (reinterpret_cast<std::uintptr_t>(dst) % alignof(std::uint16_t) == 0) {
+      FromFloat(reinterpret_cast<std::uint16_t*>(dst), src, n);
+      return;
+    }
     std::uint16_t bits[kMaxBlock];
     FromFloat(bits, src, n);
     std::memcpy(dst, bits, n * sizeof(std::uint16_t));
