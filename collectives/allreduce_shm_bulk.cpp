@@ -5,7 +5,7 @@
 // each block into n slices, slice s reduced by rank s. For block k each rank
 //   1. copies its block into its slot k % 3 and publishes it (stamp 2k+1, "in");
 //   2. once every peer's block is in, reduces its slice from all n slots in rank
-//      order into its result, writes the reduced slice back over its own
+//      order into its result (in one pass: f16/bf16 are rounded once), writes the reduced slice back over its own
 //      slice in its slot (only this rank ever reads that slice of its slot) and
 //      publishes the slot again (stamp 2k+2, "reduced");
 //   3. stages block k + 1 (step 1) before waiting, so that work is there to do;
@@ -35,6 +35,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <vector>
 
 namespace antdt::coll {
 namespace {
@@ -88,6 +89,10 @@ void allreduce_shm_bulk(Call& call, const std::byte* send, std::byte* recv, std:
   };
 
   if (count == 0) return;
+  // Every rank's copy of this rank's slice (grow-only per thread: no allocation per call once warm).
+  thread_local std::vector<const std::byte*> slice_storage;
+  slice_storage.resize(static_cast<std::size_t>(n));
+  const std::span<const std::byte*> slices(slice_storage);
   Block block = make_block(0);
   stage(block);
   for (;;) {
@@ -104,12 +109,10 @@ void allreduce_shm_bulk(Call& call, const std::byte* send, std::byte* recv, std:
         shm_check_peer(call, p, peer, bytes);
         data = p.data;
       }
-      if (slice_bytes == 0) continue;
-      if (peer == 0)
-        std::memcpy(acc.data(), data.data() + slice_offset, slice_bytes);
-      else
-        reduce_inplace(dtype, op, acc, data.subspan(slice_offset, slice_bytes));
+      slices[static_cast<std::size_t>(peer)] = data.data() + slice_offset;
     }
+    // In rank order, in one pass: f16/bf16 are rounded once, not once per rank.
+    if (slice_bytes > 0) reduce_many(dtype, op, acc, slices);
     if (op == ReduceOp::avg && slice_bytes > 0) finish_avg(dtype, acc, static_cast<std::size_t>(n));
     if (slice_bytes > 0) std::memcpy(channel.own_slot(block.slot).data() + slice_offset, acc.data(), slice_bytes);
     channel.publish(block.slot, block.reduced_stamp, hash, bytes);

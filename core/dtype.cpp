@@ -394,6 +394,63 @@ void reduce_validated(DataType t, ReduceOp op, std::byte* out, const std::byte* 
   });
 }
 
+// out = in[0] op in[1] op ... op in[k-1], block by block: the block's
+// accumulator stays in the work type (f32 for f16/bf16) across every input and
+// is rounded to the storage type once, when it is stored. Each block of out is
+// written after every input's block was read, so out may be one of the inputs.
+template <class T>
+void copy_distinct(T* __restrict out, const T* __restrict in, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i) out[i] = in[i];
+}
+
+template <class Codec, class Op>
+void combine_many_blocked(std::byte* out, const std::byte* const* in, std::size_t k, std::size_t n) noexcept {
+  using Work = typename Codec::Work;
+  if constexpr (Codec::native) {
+    // Aligned native storage, out distinct from every input: accumulate in out
+    // itself, one cache-resident block at a time (no stack copies).
+    bool direct = reinterpret_cast<std::uintptr_t>(out) % alignof(Work) == 0;
+    for (std::size_t j = 0; j < k && direct; ++j)
+      direct = in[j] != out && reinterpret_cast<std::uintptr_t>(in[j]) % alignof(Work) == 0;
+    if (direct) {
+      constexpr std::size_t kBlock = block_elements<Codec>();
+      auto* acc = reinterpret_cast<Work*>(out);
+      for (std::size_t done = 0; done < n; done += kBlock) {
+        const std::size_t m = std::min(kBlock, n - done);
+        copy_distinct(acc + done, reinterpret_cast<const Work*>(in[0]) + done, m);
+        for (std::size_t j = 1; j < k; ++j)
+          combine_into_acc<Work, Op>(acc + done, reinterpret_cast<const Work*>(in[j]) + done, m);
+      }
+      return;
+    }
+  }
+  constexpr std::size_t kBlock = block_elements<Codec>();
+  constexpr std::size_t kStride = sizeof(typename Codec::Storage);
+  Work acc[kBlock];
+  Work next[kBlock];
+  for (std::size_t done = 0; done < n; done += kBlock) {
+    const std::size_t m = std::min(kBlock, n - done);
+    Codec::load(acc, in[0] + done * kStride, m);
+    for (std::size_t j = 1; j < k; ++j) {
+      Codec::load(next, in[j] + done * kStride, m);
+      combine_into_acc<Work, Op>(acc, next, m);
+    }
+    Codec::store(out + done * kStride, acc, m);
+  }
+}
+
+#ifdef ANTDT_HAVE_X86_DISPATCH
+__attribute__((flatten, target_clones("arch=x86-64-v3", "default")))
+#endif
+void reduce_many_validated(DataType t, ReduceOp op, std::byte* out, const std::byte* const* in, std::size_t k,
+                           std::size_t n) noexcept {
+  with_codec(t, [&](auto codec) {
+    with_op(op, [&](auto operation) {
+      combine_many_blocked<typename decltype(codec)::type, typename decltype(operation)::type>(out, in, k, n);
+    });
+  });
+}
+
 // ---------------------------------------------------------------------------
 // Weighted sums (push-pull servers): acc = [acc +] w * src, acc in the work
 // type (f32 for f16/bf16). Plain loops over distinct buffers, so they
@@ -556,6 +613,20 @@ void reduce_into(DataType t, ReduceOp op, std::span<std::byte> out, std::span<co
   ANTDT_CHECK_ARG(same_or_disjoint(out.data(), a.data(), out.size()) && same_or_disjoint(out.data(), b.data(), out.size()),
                   "the output buffer of a reduction partially overlaps an input (it may only be the same buffer)");
   reduce_validated(t, op, out.data(), a.data(), b.data(), n);
+}
+
+void reduce_many(DataType t, ReduceOp op, std::span<std::byte> out, std::span<const std::byte* const> inputs) {
+  check_dtype(t);
+  check_op(op);
+  ANTDT_CHECK_ARG(!inputs.empty(), "reduce_many: no inputs");
+  const std::size_t n = element_count(t, out, "the output buffer");
+  if (n == 0) return;
+  for (const std::byte* in : inputs) {
+    ANTDT_CHECK_ARG(in != nullptr, "reduce_many: null input");
+    ANTDT_CHECK_ARG(same_or_disjoint(out.data(), in, out.size()),
+                    "the output buffer of a reduction partially overlaps an input (it may only be the same buffer)");
+  }
+  reduce_many_validated(t, op, out.data(), inputs.data(), inputs.size(), n);
 }
 
 void reduce_inplace(DataType t, ReduceOp op, std::span<std::byte> acc, std::span<const std::byte> in) {

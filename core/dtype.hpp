@@ -21,6 +21,12 @@ void reduce_inplace(DataType t, ReduceOp op, std::span<std::byte> acc, std::span
 // out[i] = a[i] (op) b[i]; out may alias a or b.
 void reduce_into(DataType t, ReduceOp op, std::span<std::byte> out, std::span<const std::byte> a,
                  std::span<const std::byte> b);
+// out = in[0] op in[1] op ... op in[k-1] element by element, left to right, over
+// out.size() / dtype_size(t) elements of each input. f16/bf16 are carried in
+// f32 across all k inputs and rounded once (a chain of reduce_into rounds k - 1
+// times); for the other types the result equals that chain bit for bit. out may
+// be one of the inputs; no other overlap.
+void reduce_many(DataType t, ReduceOp op, std::span<std::byte> out, std::span<const std::byte* const> inputs);
 // After an avg reduction of `nranks` contributions: divide every element by nranks
 // (integer types: truncating division).
 void finish_avg(DataType t, std::span<std::byte> data, std::size_t nranks);

@@ -376,6 +376,94 @@ TEST(DtypeAvg, U32) { check_avg<U32Ref>(18); }
 TEST(DtypeAvg, I64) { check_avg<I64Ref>(19); }
 TEST(DtypeAvg, U64) { check_avg<U64Ref>(20); }
 
+// reduce_many: k inputs left to right in one pass. Every type but f16/bf16
+// equals the chain of pairwise combines bit for bit; f16/bf16 are carried in
+// f32 and rounded once at the end.
+template <class R>
+typename R::Storage many_reference(ReduceOp op, const std::vector<std::vector<typename R::Storage>>& in,
+                                   std::size_t k, std::size_t i) {
+  if constexpr (R::type == DataType::f16 || R::type == DataType::bf16) {
+    float w = static_cast<float>(R::value(in[0][i]));
+    for (std::size_t j = 1; j < k; ++j) w = to_float(ref_float_op(op, w, R::value(in[j][i])));
+    return R::type == DataType::f16 ? ref_half_from_float(w) : ref_bf16_from_float(w);
+  } else {
+    auto acc = in[0][i];
+    for (std::size_t j = 1; j < k; ++j) acc = R::combine(op, acc, in[j][i]);
+    return acc;
+  }
+}
+
+template <class R>
+void check_reduce_many(std::uint64_t seed) {
+  using S = typename R::Storage;
+  std::mt19937_64 rng(seed);
+  for (const ReduceOp op : kOps) {
+    for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{300}, std::size_t{1029}}) {
+      for (const std::size_t k : {std::size_t{1}, std::size_t{2}, std::size_t{4}}) {
+        SCOPED_TRACE(std::string(dtype_name(R::type)) + " " + std::string(op_name(op)) + " n=" + std::to_string(n) +
+                     " k=" + std::to_string(k));
+        std::vector<std::vector<S>> in(k);
+        for (auto& v : in) v = random_values<R>(rng, n);
+        std::vector<S> want(n);
+        for (std::size_t i = 0; i < n; ++i) want[i] = many_reference<R>(op, in, k, i);
+        std::vector<const std::byte*> ptrs(k);
+        for (std::size_t j = 0; j < k; ++j) ptrs[j] = reinterpret_cast<const std::byte*>(in[j].data());
+
+        std::vector<S> out(n);
+        reduce_many(R::type, op, bytes_of(out), ptrs);
+        EXPECT_TRUE(same_elements<R>(op, out, want)) << "distinct output";
+
+        // The output is one of the inputs (the first, or the last).
+        for (const std::size_t alias : {std::size_t{0}, k - 1}) {
+          auto copy = in;
+          std::vector<const std::byte*> aliased(k);
+          for (std::size_t j = 0; j < k; ++j) aliased[j] = reinterpret_cast<const std::byte*>(copy[j].data());
+          reduce_many(R::type, op, bytes_of(copy[alias]), aliased);
+          EXPECT_TRUE(same_elements<R>(op, copy[alias], want)) << "output is input " << alias;
+        }
+
+        // Inputs and output misaligned for the element type (offset by one byte).
+        if (n > 0 && sizeof(S) > 1) {
+          std::vector<std::vector<std::byte>> raw(k, std::vector<std::byte>(n * sizeof(S) + 1));
+          std::vector<const std::byte*> moved(k);
+          for (std::size_t j = 0; j < k; ++j) {
+            std::memcpy(raw[j].data() + 1, in[j].data(), n * sizeof(S));
+            moved[j] = raw[j].data() + 1;
+          }
+          std::vector<std::byte> raw_out(n * sizeof(S) + 1);
+          reduce_many(R::type, op, std::span(raw_out.data() + 1, n * sizeof(S)), moved);
+          std::vector<S> got(n);
+          std::memcpy(got.data(), raw_out.data() + 1, n * sizeof(S));
+          EXPECT_TRUE(same_elements<R>(op, got, want)) << "misaligned";
+        }
+      }
+    }
+  }
+}
+
+TEST(DtypeReduceMany, EveryTypeAndOp) {
+  check_reduce_many<F32Ref>(31);
+  check_reduce_many<F64Ref>(32);
+  check_reduce_many<F16Ref>(33);
+  check_reduce_many<Bf16Ref>(34);
+  check_reduce_many<I8Ref>(35);
+  check_reduce_many<U8Ref>(36);
+  check_reduce_many<I32Ref>(37);
+  check_reduce_many<U32Ref>(38);
+  check_reduce_many<I64Ref>(39);
+  check_reduce_many<U64Ref>(40);
+}
+
+TEST(DtypeReduceMany, RejectsNoInputsAndPartialOverlap) {
+  std::vector<float> a(8, 1.0f), out(8);
+  const std::byte* none[] = {nullptr};
+  EXPECT_THROW(reduce_many(DataType::f32, ReduceOp::sum, bytes_of(out), std::span<const std::byte* const>()),
+               InvalidArgument);
+  EXPECT_THROW(reduce_many(DataType::f32, ReduceOp::sum, bytes_of(out), none), InvalidArgument);
+  const std::byte* shifted[] = {reinterpret_cast<const std::byte*>(a.data() + 1)};
+  EXPECT_THROW(reduce_many(DataType::f32, ReduceOp::sum, bytes_of(a), shifted), InvalidArgument);
+}
+
 // Every f16 / bf16 bit pattern against a shuffled partner, so the block
 // conversions see every input, including NaN, inf and subnormals.
 template <class R>
