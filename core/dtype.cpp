@@ -394,14 +394,15 @@ void reduce_validated(DataType t, ReduceOp op, std::byte* out, const std::byte* 
   });
 }
 
-// out = in[0] op in[1] op ... op in[k-1], block by block: the block's
-// accumulator stays in the work type (f32 for f16/bf16) across every input and
-// is rounded to the storage type once, when it is stored. Each block of out is
-// written after every input's block was read, so out may be one of the inputs.
 template <class T>
 void copy_distinct(T* __restrict out, const T* __restrict in, std::size_t n) noexcept {
   for (std::size_t i = 0; i < n; ++i) out[i] = in[i];
 }
+
+// out = in[0] op in[1] op ... op in[k-1], block by block: the block's
+// accumulator stays in the work type (f32 for f16/bf16) across every input and
+// is rounded to the storage type once, when it is stored. Each block of out is
+// written after every input's block was read, so out may be one of the inputs.
 
 template <class Codec, class Op>
 void combine_many_blocked(std::byte* out, const std::byte* const* in, std::size_t k, std::size_t n) noexcept {
@@ -454,8 +455,8 @@ void reduce_many_validated(DataType t, ReduceOp op, std::byte* out, const std::b
 // ---------------------------------------------------------------------------
 // Weighted sums (push-pull servers): acc = [acc +] w * src, acc in the work
 // type (f32 for f16/bf16). Plain loops over distinct buffers, so they
-// vectorize; each element is one multiply and one add, as written (no FMA
-// contraction under -std=c++20), whatever the ISA.
+// vectorize; each element is one multiply and one add, as written, whatever
+// the ISA (core/CMakeLists.txt builds this file with -ffp-contract=off: no FMA).
 // ---------------------------------------------------------------------------
 template <class T>
 void weighted_distinct(T* __restrict acc, const T* __restrict src, std::size_t n, T w, bool first) noexcept {
