@@ -5,7 +5,9 @@
 # cub::DeviceTransform, beside a device-to-device copy from the same run.
 add_executable(antdt_reduce_kernel_bench
   ${CMAKE_CURRENT_SOURCE_DIR}/reduce_kernel_bench.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/reduce_kernel_bench_cub.cu)
+  ${CMAKE_CURRENT_SOURCE_DIR}/reduce_kernel_bench_cub.cu
+  $<TARGET_OBJECTS:antdt_perf_common_obj>)
+target_include_directories(antdt_reduce_kernel_bench PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_compile_options(antdt_reduce_kernel_bench PRIVATE
   $<$<COMPILE_LANGUAGE:CXX>:${ANTDT_WARNINGS}>
   $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Wshadow>)

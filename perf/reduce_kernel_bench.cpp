@@ -9,6 +9,8 @@
 // Without a GPU it prints why and exits 0.
 #include "reduce_kernel_bench.hpp"
 
+#include "perf_common.hpp"
+
 #include "cuda/cuda_runtime.hpp"
 #include "cuda/device_memory.hpp"
 #include "cuda/reduce_kernels.hpp"
@@ -18,7 +20,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -36,27 +37,6 @@ namespace cu = antdt::cuda;
 constexpr const char* kTool = "antdt_reduce_kernel_bench";
 constexpr double kTargetRatio = 0.85;  // issue 6: a += b at >= 85% of the copy bandwidth
 constexpr auto kWaitLimit = std::chrono::seconds(30);
-
-std::size_t parse_bytes(const std::string& text) {
-  std::size_t digits = 0;
-  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits])) != 0) ++digits;
-  std::size_t scale = 1;
-  const std::string suffix = text.substr(digits);
-  if (suffix == "K" || suffix == "k") scale = std::size_t{1} << 10;
-  else if (suffix == "M" || suffix == "m") scale = std::size_t{1} << 20;
-  else if (suffix == "G" || suffix == "g") scale = std::size_t{1} << 30;
-  else if (!suffix.empty()) digits = 0;
-  if (digits == 0) throw CLI::ValidationError("--bytes", "'" + text + "' is not a byte count like 256M");
-  return std::stoull(text.substr(0, digits)) * scale;
-}
-
-DataType parse_dtype(const std::string& name) {
-  for (DataType t : {DataType::f32, DataType::f64, DataType::f16, DataType::bf16, DataType::i8, DataType::u8,
-                     DataType::i32, DataType::u32, DataType::i64, DataType::u64}) {
-    if (name == antdt::dtype_name(t)) return t;
-  }
-  throw CLI::ValidationError("--dtypes", "unknown data type '" + name + "' (f32, f64, f16, bf16, i8, ...)");
-}
 
 void check(cudaError_t status, const char* what) {
   if (status != cudaSuccess) {
@@ -173,13 +153,9 @@ int run(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  const std::size_t bytes = parse_bytes(bytes_text);
-  std::vector<DataType> dtypes;
-  for (std::size_t start = 0; start <= dtypes_text.size();) {
-    const std::size_t comma = std::min(dtypes_text.find(',', start), dtypes_text.size());
-    dtypes.push_back(parse_dtype(dtypes_text.substr(start, comma - start)));
-    start = comma + 1;
-  }
+  // The perf tools' parsers (perf_common.hpp): byte counts like 256M, dtype lists like f32,bf16.
+  const std::size_t bytes = antdt::perf::parse_size(bytes_text);
+  const std::vector<DataType> dtypes = antdt::perf::parse_dtype_list(dtypes_text);
 
   if (!cu::available()) {
     std::printf("%s: skipped: no CUDA GPU available: %s\n", kTool, cu::unavailable_reason().c_str());

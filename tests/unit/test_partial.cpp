@@ -290,6 +290,16 @@ TEST_P(Partial, MismatchedCountIsAnErrorOnEveryRank) {
 INSTANTIATE_TEST_SUITE_P(Transports, Partial, ::testing::Values(TransportKind::inproc, TransportKind::ucx),
                          [](const auto& param_info) { return to_string(param_info.param); });
 
+// An arrival of weight 1 at `step` under `policy`.
+partial::Arrival arrival_of(int rank, std::uint64_t step, LatePolicy policy) {
+  partial::Arrival a;
+  a.rank = rank;
+  a.step = step;
+  a.weight = 1;
+  a.policy = policy;
+  return a;
+}
+
 // The arbiter's decisions alone, on a fake clock.
 TEST(ArbiterTest, ClosesAtQuorumPlusGraceAndNotBefore) {
   partial::ArbiterConfig cfg;
@@ -300,12 +310,7 @@ TEST(ArbiterTest, ClosesAtQuorumPlusGraceAndNotBefore) {
   std::vector<partial::Arbiter::Out> out;
   auto t0 = partial::Clock::now();
   auto arrive = [&](int r, std::uint64_t step, partial::Clock::time_point t) {
-    partial::Arrival a;
-    a.rank = r;
-    a.step = step;
-    a.weight = 1;
-    a.policy = LatePolicy::drop;
-    arb.on_arrival(a, t, out);
+    arb.on_arrival(arrival_of(r, step, LatePolicy::drop), t, out);
   };
   arrive(0, 1, t0);
   arrive(1, 1, t0);
@@ -347,11 +352,7 @@ TEST(ArbiterTest, DeferGraceIsTwoTransfers) {
   const auto t0 = partial::Clock::now();
   constexpr double kTransferMs = 4;
   auto arrive = [&](int r, std::uint64_t step, partial::Clock::time_point t) {
-    partial::Arrival a;
-    a.rank = r;
-    a.step = step;
-    a.weight = 1;
-    a.policy = LatePolicy::defer;
+    partial::Arrival a = arrival_of(r, step, LatePolicy::defer);
     a.staleness = 2;
     a.compute_s = 0.020;  // every rank alike: no arrival spread, so the transfers decide the grace
     a.transfer_s = kTransferMs / 1e3;
@@ -383,13 +384,7 @@ TEST(ArbiterTest, WaitPolicyNeverClosesWithoutEveryRank) {
   partial::Arbiter arb(cfg);
   std::vector<partial::Arbiter::Out> out;
   auto t0 = partial::Clock::now();
-  for (int r = 0; r < 2; ++r) {
-    partial::Arrival a;
-    a.rank = r;
-    a.step = 1;
-    a.weight = 1;
-    arb.on_arrival(a, t0, out);
-  }
+  for (int r = 0; r < 2; ++r) arb.on_arrival(arrival_of(r, 1, LatePolicy::wait), t0, out);
   arb.on_tick(t0 + std::chrono::seconds(10), out);
   EXPECT_TRUE(out.empty());
 }
