@@ -174,8 +174,8 @@ struct Float16Codec {
   static constexpr bool native = false;
   static constexpr std::size_t kMaxBlock = 256;
   // Aligned storage (the usual case) is converted in place; a misaligned one
-  // goes through a stack copy. (The copy costs more than the conversion: it
-  // compiles to rep movs, which made bf16 reduction 5x slower than f32.)
+  // goes through a stack copy, which compiles to rep movs and costs more than
+  // the conversion (bf16 a += b: 17 GB/s with the copy, 25 without, one core).
   static void load(float* dst, const std::byte* src, std::size_t n) noexcept {
     if (reinterpret_cast<std::uintptr_t>(src) % alignof(std::uint16_t) == 0) {
       ToFloat(dst, reinterpret_cast<const std::uint16_t*>(src), n);
