@@ -127,33 +127,6 @@ std::uint64_t signature_of(const Signature& sig, const PartialOptions& opts) {
   return h * 0x9e3779b97f4a7c15ULL;
 }
 
-void scale(DataType t, std::span<std::byte> data, double factor) {
-  const std::size_t n = data.size() / dtype_size(t);
-  switch (t) {
-    case DataType::f32: {
-      auto* p = reinterpret_cast<float*>(data.data());
-      for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<float>(p[i] * factor);
-      return;
-    }
-    case DataType::f64: {
-      auto* p = reinterpret_cast<double*>(data.data());
-      for (std::size_t i = 0; i < n; ++i) p[i] *= factor;
-      return;
-    }
-    case DataType::f16:
-    case DataType::bf16: {
-      const bool half = t == DataType::f16;
-      auto* p = reinterpret_cast<std::uint16_t*>(data.data());
-      for (std::size_t i = 0; i < n; ++i) {
-        float v = (half ? half_to_float(p[i]) : bf16_to_float(p[i])) * static_cast<float>(factor);
-        p[i] = half ? float_to_half(v) : float_to_bf16(v);
-      }
-      return;
-    }
-    default: raise<InvalidArgument>("weighted avg needs a floating-point dtype, not ", dtype_name(t));
-  }
-}
-
 // Runs the data movement of one decision at this rank. `own_result` is where
 // the ring writes this step's result when this rank contributes to it.
 void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision& d, const Signature& sig,
@@ -228,10 +201,10 @@ void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision
         allreduce_ring(ring, send, own_result, count, sig.dtype, sig.op, members);
     } else {
       // avg over unequal weights: sum(w_i * g_i) / sum(w_i).
-      st.weighted.assign(send, send + bytes);
-      scale(sig.dtype, st.weighted, contributor->weight);
+      st.weighted.resize(bytes);
+      scale_into(sig.dtype, st.weighted, std::span(send, bytes), contributor->weight);
       allreduce_ring(ring, st.weighted.data(), own_result, count, sig.dtype, ReduceOp::sum, members);
-      scale(sig.dtype, std::span(own_result, bytes), 1.0 / total);
+      scale_into(sig.dtype, std::span(own_result, bytes), std::span(own_result, bytes), 1.0 / total);
     }
     ring.wait_all();
   }

@@ -509,6 +509,42 @@ void finish_blocked(std::byte* out, const float* acc, std::size_t n, bool divide
   }
 }
 
+// out = in * factor (partial steps with unequal weights). f32 is multiplied
+// in double and rounded once to float; f16/bf16 in float, block by block.
+// out may be in (no __restrict: the compiler checks the overlap at run time).
+template <class T, class F>
+void scale_elements(T* out, const T* in, std::size_t n, F factor) noexcept {
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<T>(static_cast<F>(in[i]) * factor);
+}
+
+template <class Codec>
+void scale_blocked(std::byte* out, const std::byte* in, std::size_t n, float factor) noexcept {
+  constexpr std::size_t kBlock = block_elements<Codec>();
+  constexpr std::size_t kStride = sizeof(typename Codec::Storage);
+  float block[kBlock];
+  for (std::size_t done = 0; done < n; done += kBlock) {
+    const std::size_t m = std::min(kBlock, n - done);
+    Codec::load(block, in + done * kStride, m);
+    scale_elements(block, block, m, factor);
+    Codec::store(out + done * kStride, block, m);
+  }
+}
+
+#ifdef ANTDT_HAVE_X86_DISPATCH
+__attribute__((flatten, target_clones("arch=x86-64-v3", "default")))
+#endif
+void scale_validated(DataType t, std::byte* out, const std::byte* in, std::size_t n, double factor) noexcept {
+  switch (t) {
+    case DataType::f32:
+      return scale_elements(reinterpret_cast<float*>(out), reinterpret_cast<const float*>(in), n, factor);
+    case DataType::f64:
+      return scale_elements(reinterpret_cast<double*>(out), reinterpret_cast<const double*>(in), n, factor);
+    case DataType::f16: return scale_blocked<HalfCodec>(out, in, n, static_cast<float>(factor));
+    case DataType::bf16: return scale_blocked<Bf16Codec>(out, in, n, static_cast<float>(factor));
+    default: return;
+  }
+}
+
 #ifdef ANTDT_HAVE_X86_DISPATCH
 __attribute__((flatten, target_clones("arch=x86-64-v3", "default")))
 #endif
@@ -641,6 +677,17 @@ void finish_avg(DataType t, std::span<std::byte> data, std::size_t nranks) {
   const std::size_t n = element_count(t, data, "the averaged buffer");
   if (n == 0 || nranks == 1) return;
   with_codec(t, [&](auto codec) { divide_blocked<typename decltype(codec)::type>(data.data(), n, nranks); });
+}
+
+void scale_into(DataType t, std::span<std::byte> out, std::span<const std::byte> in, double factor) {
+  check_dtype(t);
+  const bool is_float = t == DataType::f32 || t == DataType::f64 || t == DataType::f16 || t == DataType::bf16;
+  ANTDT_CHECK_ARG(is_float, "weighted avg needs a floating-point dtype, not ", dtype_name(t));
+  const std::size_t n = element_count(t, out, "the scaled output");
+  ANTDT_CHECK_ARG(in.size() == out.size(), "scale_into: input of ", in.size(), " bytes for an output of ", out.size());
+  ANTDT_CHECK_ARG(same_or_disjoint(out.data(), in.data(), out.size()),
+                  "scale_into: the output partially overlaps the input (it may only be the same buffer)");
+  if (n > 0) scale_validated(t, out.data(), in.data(), n, factor);
 }
 
 DataType weighted_sum_type(DataType t) noexcept {

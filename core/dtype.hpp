@@ -31,6 +31,11 @@ void reduce_many(DataType t, ReduceOp op, std::span<std::byte> out, std::span<co
 // (integer types: truncating division).
 void finish_avg(DataType t, std::span<std::byte> data, std::size_t nranks);
 
+// out = in * factor, for floating-point t only (InvalidArgument otherwise):
+// f32 multiplied in double and rounded once, f64 in double, f16/bf16 in f32.
+// out may be in; no other overlap.
+void scale_into(DataType t, std::span<std::byte> out, std::span<const std::byte> in, double factor);
+
 // Weighted sums (push-pull servers). The aggregate is kept in
 // weighted_sum_type(t): f32 for f16/bf16, t itself otherwise.
 DataType weighted_sum_type(DataType t) noexcept;

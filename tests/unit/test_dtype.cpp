@@ -454,6 +454,42 @@ TEST(DtypeReduceMany, EveryTypeAndOp) {
   check_reduce_many<U64Ref>(40);
 }
 
+// scale_into: f32 multiplied in double and rounded once, f16/bf16 in f32;
+// in place or out of place alike; integers refused.
+TEST(DtypeScale, MatchesTheElementwiseReferenceInAndOutOfPlace) {
+  std::mt19937_64 rng(77);
+  const std::size_t n = 1031;
+  const double factor = 1.0 / 3.0;
+  std::vector<float> f(n), f_out(n), f_want(n);
+  for (auto& v : f) v = std::uniform_real_distribution<float>(-100.0f, 100.0f)(rng);
+  for (std::size_t i = 0; i < n; ++i) f_want[i] = static_cast<float>(static_cast<double>(f[i]) * factor);
+  scale_into(DataType::f32, bytes_of(f_out), cbytes_of(f), factor);
+  EXPECT_EQ(std::memcmp(f_out.data(), f_want.data(), n * sizeof(float)), 0) << "f32 out of place";
+  scale_into(DataType::f32, bytes_of(f), cbytes_of(f), factor);
+  EXPECT_EQ(std::memcmp(f.data(), f_want.data(), n * sizeof(float)), 0) << "f32 in place";
+
+  std::vector<double> d(n), d_want(n);
+  for (auto& v : d) v = std::uniform_real_distribution<double>(-1e6, 1e6)(rng);
+  for (std::size_t i = 0; i < n; ++i) d_want[i] = d[i] * factor;
+  scale_into(DataType::f64, bytes_of(d), cbytes_of(d), factor);
+  EXPECT_EQ(std::memcmp(d.data(), d_want.data(), n * sizeof(double)), 0) << "f64";
+
+  for (DataType t : {DataType::f16, DataType::bf16}) {
+    const bool half = t == DataType::f16;
+    std::vector<std::uint16_t> h(n), h_want(n), h_out(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const float v = std::uniform_real_distribution<float>(-60.0f, 60.0f)(rng);
+      h[i] = half ? float_to_half(v) : float_to_bf16(v);
+      const float scaled = (half ? half_to_float(h[i]) : bf16_to_float(h[i])) * static_cast<float>(factor);
+      h_want[i] = half ? float_to_half(scaled) : float_to_bf16(scaled);
+    }
+    scale_into(t, bytes_of(h_out), cbytes_of(h), factor);
+    EXPECT_EQ(h_out, h_want) << dtype_name(t);
+  }
+  std::vector<std::int32_t> ints(4, 3);
+  EXPECT_THROW(scale_into(DataType::i32, bytes_of(ints), cbytes_of(ints), 0.5), InvalidArgument);
+}
+
 TEST(DtypeReduceMany, RejectsNoInputsAndPartialOverlap) {
   std::vector<float> a(8, 1.0f), out(8);
   const std::byte* none[] = {nullptr};
