@@ -37,12 +37,6 @@ constexpr const char* kTool = "antdt_cpu_kernel_bench";
 // sizes are timed over many repetitions instead of one call of a few µs.
 constexpr std::size_t kSampleBytes = std::size_t{64} << 20;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // Small integers in every element: repeated a += b stays finite in every
 // float type and wraps harmlessly in the integer ones.
 void fill(DataType t, std::vector<std::byte>& buffer, std::int64_t value) {
@@ -61,7 +55,7 @@ double seconds_per_call(int warmup, int iters, std::size_t reps, Op&& op) {
     for (std::size_t r = 0; r < reps; ++r) op();
     samples.push_back(std::chrono::duration<double>(Clock::now() - start).count() / static_cast<double>(reps));
   }
-  return median(std::move(samples));
+  return antdt::perf::median(std::move(samples));
 }
 
 struct Row {

@@ -11,6 +11,8 @@
 //   2. interleaved A/B runs of plain and instrumented loops, each run summed
 //      up by its median step, and the median of the per-repetition
 //      overheads: the end-to-end check, within the machine's noise.
+#include "perf_common.hpp"
+
 #include "scheduler/monitor.hpp"
 #include "scheduler/step_timer.hpp"
 #include "scheduler/trace.hpp"
@@ -104,12 +106,6 @@ void instrumented_step(Instruments& in, Work& work, std::size_t passes) {
   }
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -153,7 +149,7 @@ int main(int argc, char** argv) {
       for (int s = 0; s < steps; ++s) instrumented_step(in, work, 0);
       per_step.push_back((now_s() - t0) / steps);
     }
-    alone_us = median(per_step) * 1e6;
+    alone_us = antdt::perf::median(per_step) * 1e6;
   }
 
   // 2. Interleaved A/B runs, the order alternating so drift cancels. A run's
@@ -170,7 +166,7 @@ int main(int argc, char** argv) {
           work.run(passes);
           d = now_s() - t0;
         }
-        plain = median(durations);
+        plain = antdt::perf::median(durations);
       } else {
         Instruments in(ranks, trace_dir, flush_steps);
         for (auto& d : durations) {
@@ -179,14 +175,14 @@ int main(int argc, char** argv) {
           d = now_s() - t0;
         }
         if (in.trace) in.trace->close();
-        instrumented = median(durations);
+        instrumented = antdt::perf::median(durations);
       }
     }
     plain_ms.push_back(plain * 1e3);
     instrumented_ms.push_back(instrumented * 1e3);
     overhead_pct.push_back((instrumented - plain) / plain * 100);
   }
-  const double step_ms = median(plain_ms);
+  const double step_ms = antdt::perf::median(plain_ms);
 
   std::printf("# antdt monitor overhead: %d steps x %d reps, work %.3f ms/step (target %.3f), %d ranks into the "
               "Monitor, trace %s\n",
@@ -196,7 +192,7 @@ int main(int argc, char** argv) {
   std::printf("# A/B, median over %d interleaved reps of each run's median step: plain %.4f ms, instrumented %.4f ms, "
               "overhead %.3f %%"
               " (per-rep spread %.3f .. %.3f %%)\n",
-              reps, step_ms, median(instrumented_ms), median(overhead_pct),
+              reps, step_ms, antdt::perf::median(instrumented_ms), antdt::perf::median(overhead_pct),
               *std::min_element(overhead_pct.begin(), overhead_pct.end()),
               *std::max_element(overhead_pct.begin(), overhead_pct.end()));
 
@@ -226,7 +222,7 @@ int main(int argc, char** argv) {
       evaluate_s.push_back(t2 - t1);
     }
     std::printf("# Monitor at %d ranks, median of 50 steps: record all %.3f ms, classify all (evaluate) %.3f ms\n",
-                scale_ranks, median(record_s) * 1e3, median(evaluate_s) * 1e3);
+                scale_ranks, antdt::perf::median(record_s) * 1e3, antdt::perf::median(evaluate_s) * 1e3);
   }
   if (!temp_dir.empty()) {
     std::error_code ec;

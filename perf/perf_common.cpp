@@ -265,6 +265,13 @@ ReduceOp parse_op(std::string_view name) {
   invalid("unknown reduction op '" + std::string(name) + "': expected sum, prod, min, max or avg");
 }
 
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
 std::vector<ReduceOp> parse_op_list(std::string_view text) {
   if (lower(text) == "all") return {ReduceOp::sum, ReduceOp::prod, ReduceOp::max, ReduceOp::min, ReduceOp::avg};
   std::vector<ReduceOp> out;

@@ -41,6 +41,9 @@ ReduceOp parse_op(std::string_view name);
 std::vector<ReduceOp> parse_op_list(std::string_view text);
 std::string_view op_label(ReduceOp op) noexcept;
 
+// The median of `values` (the mean of the middle two for an even count); 0 for none.
+double median(std::vector<double> values);
+
 struct SizeSweep {
   std::size_t min_bytes = 8;
   std::size_t max_bytes = std::size_t{64} << 20;

@@ -55,12 +55,6 @@ double time_once(cudaStream_t stream, cu::Event& begin, cu::Event& end, Enqueue&
   return cu::Event::elapsed_seconds(begin, end);
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // Small values, so repeated a += b stays finite in every float type.
 std::vector<std::byte> fill_pattern(DataType t, std::size_t bytes, bool second) {
   std::vector<std::byte> host(bytes);
@@ -130,9 +124,9 @@ Row measure(DataType t, std::size_t bytes, int warmup, int iters, cu::DeviceBuff
   }
   Row row;
   const double b_used = static_cast<double>(used);
-  row.copy_gbs = 2 * b_used / median(copy_s) / 1e9;
-  row.antdt_gbs = 3 * b_used / median(antdt_s) / 1e9;
-  if (with_cub) row.cub_gbs = 3 * b_used / median(cub_s) / 1e9;
+  row.copy_gbs = 2 * b_used / antdt::perf::median(copy_s) / 1e9;
+  row.antdt_gbs = 3 * b_used / antdt::perf::median(antdt_s) / 1e9;
+  if (with_cub) row.cub_gbs = 3 * b_used / antdt::perf::median(cub_s) / 1e9;
   return row;
 }
 

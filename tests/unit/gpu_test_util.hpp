@@ -12,7 +12,11 @@
 #include <vector>
 
 #if ANTDT_HAVE_CUDA
+#include "cuda/device_memory.hpp"
+
 #include <cuda_runtime_api.h>
+
+#include <chrono>
 #endif
 
 namespace antdt::test {
@@ -30,6 +34,10 @@ inline void check_cuda_ok(cudaError_t status, const char* what) {
 }
 inline void to_device(void* dst, const std::vector<std::byte>& src) {
   check_cuda_ok(cudaMemcpy(dst, src.data(), src.size(), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+}
+// Waits (at most 30 s) until the work on the caller's stream has finished.
+inline void wait_stream(const cuda::Stream& stream) {
+  if (!stream.wait_for(std::chrono::seconds(30))) throw std::runtime_error("the caller's stream did not finish");
 }
 inline std::vector<std::byte> to_host(const void* src, std::size_t bytes) {
   std::vector<std::byte> out(bytes);

@@ -69,7 +69,7 @@ void allreduce_every_dtype_op(int n, GpuPath setting, LastPath want) {
                 for (std::size_t i = 0; i < count; ++i) store(t, host.data(), i, input(t, op, comm.rank(), i));
                 to_device(send.data(), host);
                 comm.allreduce(send.data(), recv, count, t, op, stream.get());
-                if (!stream.wait_for(30s)) throw std::runtime_error("the caller's stream did not finish");
+                wait_stream(stream);
                 if (coll::device::last_allreduce_path() != want)
                   throw std::runtime_error(cat("allreduce took the wrong path for ", dtype_name(t)));
                 const std::vector<std::byte> got = to_host(recv, count * es);
@@ -120,7 +120,7 @@ TEST_F(GpuCollectives, AllreduceIsOrderedAfterTheCallersStreamOnEveryPath) {
           // 0x01010101 as i32, written only after the sleep.
           check_cuda_ok(cudaMemsetAsync(buf.data(), 0x01, count * 4, stream.get()), "cudaMemsetAsync");
           comm.allreduce(buf.data(), buf.data(), count, DataType::i32, ReduceOp::sum, stream.get());
-          if (!stream.wait_for(30s)) throw std::runtime_error("the caller's stream did not finish");
+          wait_stream(stream);
           const std::vector<std::byte> got = to_host(buf.data(), count * 4);
           for (std::size_t i = 0; i < count; ++i)
             if (load(DataType::i32, got.data(), i) != 2.0 * 0x01010101)
@@ -152,7 +152,7 @@ TEST_F(GpuCollectives, IpcBroadcastEveryRootTwoToFourRanks) {
                   for (std::size_t i = 0; i < count; ++i) store(t, host.data(), i, comm.rank() == root ? value(i) : 99);
                   to_device(src.data(), host);
                   comm.broadcast(src.data(), dst, count, t, root, stream.get());
-                  if (!stream.wait_for(30s)) throw std::runtime_error("the caller's stream did not finish");
+                  wait_stream(stream);
                   if (coll::device::last_broadcast_path() != LastPath::ipc)
                     throw std::runtime_error("broadcast did not take the IPC path");
                   const std::vector<std::byte> got = to_host(dst, count * es);
@@ -185,9 +185,6 @@ void check_broadcast_reduce_reduce_scatter_allgather(GpuPath path) {
         cuda::ScopedDevice on(0);
         cuda::Stream stream;
         const int me = comm.rank();
-        const auto sync = [&] {
-          if (!stream.wait_for(30s)) throw std::runtime_error("the caller's stream did not finish");
-        };
         const auto expect_values = [&](const char* what, const std::vector<std::byte>& got, auto&& want) {
           for (std::size_t i = 0; i < got.size() / 4; ++i)
             if (load(t, got.data(), i) != want(i))
@@ -202,7 +199,7 @@ void check_broadcast_reduce_reduce_scatter_allgather(GpuPath path) {
         to_device(b.data(),
                   std::vector<std::byte>(host.begin(), host.begin() + static_cast<std::ptrdiff_t>(count * 4)));
         comm.broadcast(b.data(), b.data(), count, t, 1, stream.get());
-        sync();
+        wait_stream(stream);
         expect_values("broadcast", to_host(b.data(), count * 4),
                       [](std::size_t i) { return static_cast<double>(i % 1000); });
         if (coll::device::last_broadcast_path() != want_path) throw std::runtime_error("broadcast: wrong path");
@@ -212,7 +209,7 @@ void check_broadcast_reduce_reduce_scatter_allgather(GpuPath path) {
         to_device(rs.data(),
                   std::vector<std::byte>(host.begin(), host.begin() + static_cast<std::ptrdiff_t>(count * 4)));
         comm.reduce(rs.data(), rr.data(), count, t, ReduceOp::max, 2, stream.get());
-        sync();
+        wait_stream(stream);
         if (me == 2)
           expect_values("reduce", to_host(rr.data(), count * 4),
                         [&](std::size_t i) { return expected(t, ReduceOp::max, n, i); });
@@ -223,7 +220,7 @@ void check_broadcast_reduce_reduce_scatter_allgather(GpuPath path) {
           store(t, host.data(), i, input(t, ReduceOp::sum, me, i));
         to_device(ss.data(), host);
         comm.reduce_scatter(ss.data(), sr.data(), count, t, ReduceOp::sum, stream.get());
-        sync();
+        wait_stream(stream);
         expect_values("reduce_scatter", to_host(sr.data(), count * 4), [&](std::size_t i) {
           return expected(t, ReduceOp::sum, n, static_cast<std::size_t>(me) * count + i);
         });
@@ -236,7 +233,7 @@ void check_broadcast_reduce_reduce_scatter_allgather(GpuPath path) {
         to_device(gs.data(),
                   std::vector<std::byte>(host.begin(), host.begin() + static_cast<std::ptrdiff_t>(count * 4)));
         comm.allgather(gs.data(), gr.data(), count, t, stream.get());
-        sync();
+        wait_stream(stream);
         expect_values("allgather", to_host(gr.data(), count * 4 * static_cast<std::size_t>(n)), [&](std::size_t i) {
           return static_cast<double>(static_cast<int>(i / count) * 10000 + static_cast<int>(i % count));
         });

@@ -27,6 +27,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <vector>
@@ -495,13 +496,6 @@ Config config_with(GpuPath path) {
   return cfg;
 }
 
-// With ANTDT_GPU_PATH=direct the transports move device payloads (through
-// the fake's copy); otherwise they cannot, as UCX without CUDA support.
-transport::InprocFabric::DeviceCopy payloads_for(GpuPath setting, FakeDevice& dev) {
-  if (setting == GpuPath::direct) return dev.payload_copy();
-  return nullptr;
-}
-
 // What the path moved: the direct path hands the transport device memory
 // (never host memory posing as it) and stages nothing; the others hand it no
 // device memory. `counted`: the transport copies payloads through the fake
@@ -518,17 +512,37 @@ void expect_traffic_of(const FakeDevice& dev, LastPath want, bool counted = true
   }
 }
 
+// The frame of the collective path tests: `body` runs on n ranks (threads)
+// over a fake device with 40-byte slots, so modest counts span several staging
+// segments. The transports move device payloads (through the fake's copy) when
+// `moves_device_memory`, by default when ANTDT_GPU_PATH=direct asks for it.
+// Afterwards every rank must have succeeded, every call must have made the
+// caller's stream wait for it, and the traffic must fit `want`
+// (expect_traffic_of).
+void run_device_ranks(int n, GpuPath setting, LastPath want,
+                      const std::function<void(Communicator&, FakeDevice&)>& body,
+                      std::optional<bool> moves_device_memory = std::nullopt,
+                      TransportKind kind = TransportKind::inproc) {
+  FakeDevice dev(40);
+  coll::device::ScopedBackend use(dev);
+  const bool moves = moves_device_memory.value_or(setting == GpuPath::direct);
+  auto outcomes = run_ranks(
+      n, kind, [&](Communicator& comm) { body(comm, dev); }, config_with(setting), nullptr,
+      moves ? dev.payload_copy() : nullptr);
+  expect_all_ok(outcomes);
+  EXPECT_EQ(dev.begins.load(), dev.completes.load()) << "every call makes the caller's stream wait for it";
+  expect_traffic_of(dev, want, kind == TransportKind::inproc);
+}
+
 // Every dtype x op, several counts, in place and out of place, on fake device
 // buffers; checks the path taken. `moves_device_memory`: the transports
 // accept device payloads (the direct path), through the fake's payload copy.
 void check_allreduce_paths(int n, GpuPath setting, LastPath want, bool moves_device_memory = false,
                            std::vector<std::size_t> counts = {1, 7, 45, 301},
                            TransportKind kind = TransportKind::inproc) {
-  FakeDevice dev(40);
-  coll::device::ScopedBackend use(dev);
-  auto outcomes = run_ranks(
-      n, kind,
-      [&](Communicator& comm) {
+  run_device_ranks(
+      n, setting, want,
+      [&](Communicator& comm, FakeDevice& dev) {
         for (DataType t : kAllTypes) {
           const std::size_t es = dtype_size(t);
           for (ReduceOp op : kAllOps) {
@@ -556,10 +570,7 @@ void check_allreduce_paths(int n, GpuPath setting, LastPath want, bool moves_dev
           }
         }
       },
-      config_with(setting), nullptr, moves_device_memory ? dev.payload_copy() : nullptr);
-  expect_all_ok(outcomes);
-  EXPECT_EQ(dev.begins.load(), dev.completes.load()) << "every call makes the caller's stream wait for it";
-  expect_traffic_of(dev, want, kind == TransportKind::inproc);
+      moves_device_memory, kind);
 }
 
 TEST(DevicePaths, StagedAllreduceEveryDtypeOpOnTwoAndThreeRanks) {
@@ -706,11 +717,9 @@ TEST(DevicePaths, OneRankThatCannotExportMakesEveryRankStageOrFail) {
 // it waits, so a missing wait, or a root that returns before its peers have
 // read its buffer, shows up as wrong data.
 void check_broadcast_paths(int n, GpuPath setting, LastPath want) {
-  FakeDevice dev(40);
-  coll::device::ScopedBackend use(dev);
-  auto outcomes = run_ranks(
-      n, TransportKind::inproc,
-      [&](Communicator& comm) {
+  run_device_ranks(
+      n, setting, want,
+      [&](Communicator& comm, FakeDevice& dev) {
         const int me = comm.rank();
         for (DataType t : kAllTypes) {
           const std::size_t es = dtype_size(t);
@@ -742,11 +751,7 @@ void check_broadcast_paths(int n, GpuPath setting, LastPath want) {
             }
           }
         }
-      },
-      config_with(setting), nullptr, payloads_for(setting, dev));
-  expect_all_ok(outcomes);
-  expect_traffic_of(dev, want);
-  EXPECT_EQ(dev.begins.load(), dev.completes.load());
+      });
 }
 
 TEST(DevicePaths, IpcBroadcastEveryDtypeAndRootOnTwoToFourRanks) {
@@ -776,11 +781,9 @@ TEST(DevicePaths, BroadcastStagesOrFailsTogetherWhenOneRankCannotExport) {
 // this rank's block of send) and out of place. Each rank overwrites its send
 // buffer as soon as its call returns: peers must have read it by then.
 void check_reduce_scatter_paths(int n, GpuPath setting, LastPath want) {
-  FakeDevice dev(40);
-  coll::device::ScopedBackend use(dev);
-  auto outcomes = run_ranks(
-      n, TransportKind::inproc,
-      [&](Communicator& comm) {
+  run_device_ranks(
+      n, setting, want,
+      [&](Communicator& comm, FakeDevice& dev) {
         const auto me = static_cast<std::size_t>(comm.rank());
         const auto un = static_cast<std::size_t>(n);
         for (DataType t : kAllTypes) {
@@ -808,11 +811,7 @@ void check_reduce_scatter_paths(int n, GpuPath setting, LastPath want) {
             }
           }
         }
-      },
-      config_with(setting), nullptr, payloads_for(setting, dev));
-  expect_all_ok(outcomes);
-  expect_traffic_of(dev, want);
-  EXPECT_EQ(dev.begins.load(), dev.completes.load());
+      });
 }
 
 TEST(DevicePaths, IpcReduceScatterEveryDtypeOpOnTwoToFourRanks) {
@@ -826,11 +825,9 @@ TEST(DevicePaths, IpcReduceScatterEveryDtypeOpOnTwoToFourRanks) {
 // with a one-element gap between them that must keep its contents; then the
 // plain AllGather in place. Each rank overwrites its send buffer at once.
 void check_allgather_paths(int n, GpuPath setting, LastPath want) {
-  FakeDevice dev(40);
-  coll::device::ScopedBackend use(dev);
-  auto outcomes = run_ranks(
-      n, TransportKind::inproc,
-      [&](Communicator& comm) {
+  run_device_ranks(
+      n, setting, want,
+      [&](Communicator& comm, FakeDevice& dev) {
         const auto me = static_cast<std::size_t>(comm.rank());
         const auto un = static_cast<std::size_t>(n);
         const auto value = [](std::size_t rank, std::size_t i) { return static_cast<double>((rank * 13 + i) % 60); };
@@ -874,11 +871,7 @@ void check_allgather_paths(int n, GpuPath setting, LastPath want) {
               if (load(t, all + q * count * es, i) != value(q, i))
                 throw std::runtime_error(cat("allgather in place ", dtype_name(t), ": rank ", q, "'s element ", i));
         }
-      },
-      config_with(setting), nullptr, payloads_for(setting, dev));
-  expect_all_ok(outcomes);
-  expect_traffic_of(dev, want);
-  EXPECT_EQ(dev.begins.load(), dev.completes.load());
+      });
 }
 
 TEST(DevicePaths, IpcAllgatherEveryDtypeOnTwoToFourRanks) {
@@ -892,11 +885,9 @@ TEST(DevicePaths, IpcAllgatherEveryDtypeOnTwoToFourRanks) {
 // its call returns (the root must have read it by then), and the root's recv
 // must not be written past its end.
 void check_reduce_paths(int n, GpuPath setting, LastPath want) {
-  FakeDevice dev(40);
-  coll::device::ScopedBackend use(dev);
-  auto outcomes = run_ranks(
-      n, TransportKind::inproc,
-      [&](Communicator& comm) {
+  run_device_ranks(
+      n, setting, want,
+      [&](Communicator& comm, FakeDevice& dev) {
         const int me = comm.rank();
         for (DataType t : kAllTypes) {
           const std::size_t es = dtype_size(t);
@@ -926,11 +917,7 @@ void check_reduce_paths(int n, GpuPath setting, LastPath want) {
             }
           }
         }
-      },
-      config_with(setting), nullptr, payloads_for(setting, dev));
-  expect_all_ok(outcomes);
-  expect_traffic_of(dev, want);
-  EXPECT_EQ(dev.begins.load(), dev.completes.load());
+      });
 }
 
 TEST(DevicePaths, IpcReduceEveryDtypeOpAndRootOnTwoToFourRanks) {
@@ -938,14 +925,14 @@ TEST(DevicePaths, IpcReduceEveryDtypeOpAndRootOnTwoToFourRanks) {
   check_reduce_paths(3, GpuPath::staged, LastPath::staged);
 }
 
-// AlltoAll through IPC out of place, staged in place (a rank would overwrite
-// blocks its peers still read); every rank rewrites its send buffer at once.
+// AlltoAll through IPC out of place, staged in place under auto (a rank would
+// overwrite blocks its peers still read), direct both ways under direct; every
+// rank rewrites its send buffer at once.
 void check_alltoall_paths(int n, GpuPath setting) {
-  FakeDevice dev(40);
-  coll::device::ScopedBackend use(dev);
-  auto outcomes = run_ranks(
-      n, TransportKind::inproc,
-      [&](Communicator& comm) {
+  // In place and out of place take different paths under auto; only direct's traffic differs from both.
+  run_device_ranks(
+      n, setting, setting == GpuPath::direct ? LastPath::direct : LastPath::staged,
+      [&](Communicator& comm, FakeDevice& dev) {
         const auto me = static_cast<std::size_t>(comm.rank());
         const auto un = static_cast<std::size_t>(n);
         // Block j of rank r's send: values (r * 10 + j) * 100 + i, for rank j.
@@ -975,11 +962,7 @@ void check_alltoall_paths(int n, GpuPath setting) {
             if (!in_place) std::memset(send, 0x77, un * count * es);  // reused at once
           }
         }
-      },
-      config_with(setting), nullptr, payloads_for(setting, dev));
-  expect_all_ok(outcomes);
-  if (setting == GpuPath::direct) expect_traffic_of(dev, LastPath::direct);
-  EXPECT_EQ(dev.begins.load(), dev.completes.load());
+      });
 }
 
 TEST(DevicePaths, IpcAlltoallOnTwoToFourRanksAndStagedInPlace) {

@@ -89,7 +89,7 @@ TEST_F(GpuPushPull, EveryDtypeSumAvgOnDeviceBuffersOneToFourRanks) {
           for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
             if (op == ReduceOp::avg && !is_float(t)) continue;
             pp.pull(k.key, out.data(), op, stream.get());
-            if (!stream.wait_for(30s)) throw std::runtime_error("the caller's stream did not finish");
+            wait_stream(stream);
             const std::vector<std::byte> got = to_host(out.data(), bytes);
             std::vector<std::byte> host(bytes);
             pp.pull(k.key, host.data(), op);
@@ -119,7 +119,7 @@ TEST_F(GpuPushPull, PushIsOrderedAfterTheCallersStream) {
     check_cuda_ok(cudaMemsetAsync(buf.data(), 0x01, count * 4, stream.get()), "cudaMemsetAsync");
     pp.push(7, buf.data(), 1.0, stream.get());
     pp.pull(7, buf.data(), ReduceOp::sum, stream.get());
-    if (!stream.wait_for(30s)) throw std::runtime_error("the caller's stream did not finish");
+    wait_stream(stream);
     const std::vector<std::byte> got = to_host(buf.data(), count * 4);
     for (std::size_t i = 0; i < count; ++i)
       if (load(DataType::i32, got.data(), i) != 2.0 * 0x01010101)
@@ -143,9 +143,6 @@ TEST_F(GpuPushPull, MixedPlacementsNonBlockingAndPartialPush) {
         cuda::ScopedDevice on(0);
         cuda::Stream stream;
         const int me = comm.rank();
-        const auto sync = [&] {
-          if (!stream.wait_for(30s)) throw std::runtime_error("the caller's stream did not finish");
-        };
         PushPull pp(comm, std::span(&k, 1), PushPullOptions{{}, 4096});
         const std::vector<std::byte> host_in = inputs(t, me, k);
         cuda::DeviceBuffer data(bytes), out(bytes);
@@ -157,12 +154,12 @@ TEST_F(GpuPushPull, MixedPlacementsNonBlockingAndPartialPush) {
         expect_reference("device push, host pull", t, ReduceOp::avg, n, k, host_out);
         pp.push(k.key, host_in.data(), weight_of(me), stream.get());
         pp.pull(k.key, out.data(), ReduceOp::sum, stream.get());
-        sync();
+        wait_stream(stream);
         expect_reference("host push, device pull", t, ReduceOp::sum, n, k, to_host(out.data(), bytes));
         const bool device = me % 2 == 0;
         pp.push(k.key, device ? static_cast<const void*>(data.data()) : host_in.data(), weight_of(me), stream.get());
         pp.pull(k.key, device ? static_cast<void*>(host_out.data()) : out.data(), ReduceOp::sum, stream.get());
-        sync();
+        wait_stream(stream);
         expect_reference("ranks on different placements", t, ReduceOp::sum, n, k,
                          device ? host_out : to_host(out.data(), bytes));
         // Non-blocking.
@@ -170,12 +167,12 @@ TEST_F(GpuPushPull, MixedPlacementsNonBlockingAndPartialPush) {
         Request pulled = pp.ipull(k.key, out.data(), ReduceOp::avg, stream.get());
         pushed.wait();
         pulled.wait();
-        sync();
+        wait_stream(stream);
         expect_reference("ipush/ipull", t, ReduceOp::avg, n, k, to_host(out.data(), bytes));
         // Partial push (wait policy: every rank included).
         const PartialResult r = pp.partial_push(k.key, data.data(), out.data(), ReduceOp::avg,
                                                 PartialOptions{LatePolicy::wait, weight_of(me), 1, 0}, stream.get());
-        sync();
+        wait_stream(stream);
         if (r.fate != Fate::included || r.participants != n)
           throw std::runtime_error(cat("partial push: fate ", static_cast<int>(r.fate)));
         expect_reference("partial push", t, ReduceOp::avg, n, k, to_host(out.data(), bytes));

@@ -66,6 +66,12 @@ std::vector<std::string> first_row_fields(const std::string& text) {
   return {};
 }
 
+TEST(PerfMedian, OddEvenAndEmpty) {
+  EXPECT_DOUBLE_EQ(median({3.0, 1.0, 2.0}), 2.0);
+  EXPECT_DOUBLE_EQ(median({4.0, 1.0, 3.0, 2.0}), 2.5);
+  EXPECT_DOUBLE_EQ(median({}), 0.0);
+}
+
 TEST(PerfMeasure, CorrectAllReduceHasNoWrongElementsAndRunsWarmupTimedAndCheckCalls) {
   const int nranks = 2;
   const auto want = sum_of_inputs(nranks);
