@@ -3,9 +3,9 @@
 # (antdt_comm.pc). Both files are relocatable: `cmake --install <build>
 # --prefix <dir>` works for any <dir>.
 #
-# antdt_obj is never exported: the two libraries take its object files through
-# $<TARGET_OBJECTS:antdt_obj> and do not link it, so neither the object library
-# nor its usage requirements (ANTDT_BUILDING_LIBRARY, the source-tree include
+# The layers' OBJECT libraries (cmake/layers.cmake) are never exported: the two
+# libraries take their object files through $<TARGET_OBJECTS:...> and do not
+# link them, so neither the object libraries nor their usage requirements (ANTDT_BUILDING_LIBRARY, the source-tree include
 # path) appear in the exported link interfaces.
 
 set(ANTDT_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/antdt_comm" CACHE STRING

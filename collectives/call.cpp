@@ -4,6 +4,7 @@
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
+#include "core/hash.hpp"
 #include "core/log.hpp"
 #include "core/shm_channel.hpp"
 
@@ -18,19 +19,6 @@ namespace {
 // How long a failed transfer waits for a peer's abort message before it is
 // reported as a transport failure (failure path only).
 constexpr auto kRootCauseLinger = std::chrono::milliseconds(100);
-
-std::uint64_t mix(std::uint64_t h, std::uint64_t v) noexcept {
-  // One multiply-xorshift round per 64-bit word (the finaliser of
-  // MurmurHash3's 64-bit variant): stable across processes and builds, and
-  // a few cycles per field where byte-wise FNV took ~50 ns per call, a third
-  // of an 8-byte shared-memory AllReduce.
-  h ^= v;
-  h *= 0xff51afd7ed558ccdULL;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ULL;
-  h ^= h >> 33;
-  return h;
-}
 
 const char* kind_name(Kind k) {
   switch (k) {
@@ -70,14 +58,13 @@ const char* algo_name(Algo a) {
 }  // namespace
 
 std::uint64_t Signature::hash() const noexcept {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  h = mix(h, static_cast<std::uint64_t>(kind));
-  h = mix(h, count);
-  h = mix(h, static_cast<std::uint64_t>(dtype));
-  h = mix(h, static_cast<std::uint64_t>(op));
-  h = mix(h, static_cast<std::uint64_t>(static_cast<std::int64_t>(root)));
-  h = mix(h, static_cast<std::uint64_t>(algo));
-  if (layout != 0) h = mix(h, layout);
+  std::uint64_t h = hash::mix(hash::kSeed, static_cast<std::uint64_t>(kind));
+  h = hash::mix(h, count);
+  h = hash::mix(h, static_cast<std::uint64_t>(dtype));
+  h = hash::mix(h, static_cast<std::uint64_t>(op));
+  h = hash::mix(h, static_cast<std::uint64_t>(static_cast<std::int64_t>(root)));
+  h = hash::mix(h, static_cast<std::uint64_t>(algo));
+  if (salt != 0) h = hash::mix(h, salt);
   return h;
 }
 
@@ -126,7 +113,7 @@ void Call::throw_if_aborted() {
                            ? info->reason
                            : cat("rank ", info->origin_rank, " aborted the communicator: ", info->reason);
   comm_.mark_failed(status, reason);
-  detail::throw_status(status, reason);
+  throw_status(status, reason);
 }
 
 Call::Call(detail::CommImpl& comm, const Signature& sig, std::uint64_t seq, std::span<detail::OpSlot> slots)
@@ -335,7 +322,7 @@ void Call::fail(Status status, const std::string& reason) {
   comm_.mark_failed(status, reason);
   comm_.transport().abort(static_cast<int>(status), reason);
   ANTDT_INFO(reason);
-  detail::throw_status(status, reason);
+  throw_status(status, reason);
 }
 
 }  // namespace antdt::coll

@@ -7,7 +7,7 @@
 
 #include <antdt/comm.hpp>
 
-#include "core/communicator.hpp"
+#include "collectives/communicator.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -35,9 +35,11 @@ struct Signature {
   ReduceOp op = ReduceOp::sum;
   int root = -1;
   Algo algo = Algo::none;
-  // v-variants: a hash of the per-rank counts, so ranks that disagree on any
-  // rank's count are caught at the first message (0: not a v-variant).
-  std::uint64_t layout = 0;
+  // What else the ranks must agree on, hashed (core/hash.hpp; 0: nothing):
+  // the per-rank counts of a v-variant, so ranks that disagree on any rank's
+  // count are caught at the first message; a push-pull key and direction; a
+  // protocol phase of the device paths or partial collectives.
+  std::uint64_t salt = 0;
 
   std::uint64_t hash() const noexcept;
   std::string describe() const;  // "allreduce(count=10, f32, sum, ring)"

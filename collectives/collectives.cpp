@@ -2,7 +2,7 @@
 
 #include "collectives/algorithms.hpp"
 #include "collectives/shm_common.hpp"
-#include "collectives/device_collectives.hpp"
+#include "collectives/device/device_collectives.hpp"
 #include "collectives/suite.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
@@ -392,7 +392,7 @@ void run_allreduce(detail::CommImpl& comm, const void* send, void* recv, std::si
 }
 
 // ---------------------------------------------------------------------------
-// Device buffers (collectives/device_collectives.hpp): every entry point runs
+// Device buffers (collectives/device/device_collectives.hpp): every entry point runs
 // through these, so blocking, grouped and non-blocking calls all take the
 // device path when a buffer is device memory; host buffers run as before.
 // ---------------------------------------------------------------------------

@@ -5,7 +5,7 @@
 #include <antdt/comm.hpp>
 
 #include "collectives/call.hpp"
-#include "core/communicator.hpp"
+#include "collectives/communicator.hpp"
 
 #include <memory>
 #include <span>
@@ -20,7 +20,7 @@ void allreduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t
 void broadcast(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype, int root);
 void barrier(detail::CommImpl& comm);
 
-// Partial collectives (collectives/partial_allreduce.cpp, docs/partial.md).
+// Partial collectives (collectives/partial/partial_allreduce.cpp, docs/partial.md).
 PartialResult partial_allreduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count,
                                 DataType dtype, ReduceOp op, const PartialOptions& opts);
 PartialResult partial_finish(detail::CommImpl& comm);
@@ -86,7 +86,7 @@ bool use_shm_allreduce(const detail::CommImpl& comm, std::size_t bytes);
 // Above ANTDT_SHM_MAX_BYTES: the bulk area (ANTDT_SHM_BULK_BYTES not 0), same conditions.
 bool use_shm_bulk_allreduce(const detail::CommImpl& comm, std::size_t bytes);
 // Whether push and pull move data through the push-pull shared-memory area
-// (collectives/pushpull_shm.cpp): same conditions as the bulk area, any size.
+// (collectives/pushpull/pushpull_shm.cpp): same conditions as the bulk area, any size.
 bool use_shm_pushpull(const detail::CommImpl& comm);
 // The α-β-γ model's crossover (docs/collectives.md#allreduce-selection).
 std::size_t recursive_doubling_max_bytes(int nranks);

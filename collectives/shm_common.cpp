@@ -113,7 +113,7 @@ ShmChannel::Layout shm_layout(const Call& call, ShmArea area) {
   // rank stages block k + 1 while peers may still read block k - 1
   // (allreduce_shm_bulk.cpp).
   if (area == ShmArea::mailbox) return {call.size(), 2, cfg.shm_max_bytes};
-  return {call.size(), 3, cfg.shm_bulk_bytes};  // bulk, pushpull (collectives/pushpull_shm.cpp)
+  return {call.size(), 3, cfg.shm_bulk_bytes};  // bulk, pushpull (collectives/pushpull/pushpull_shm.cpp)
 }
 
 bool shm_ready(Call& call, ShmArea area) {

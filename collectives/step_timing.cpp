@@ -11,15 +11,15 @@
 #include "collectives/step_timing.hpp"
 
 #include "core/error.hpp"
-#include "scheduler/step_timer.hpp"
-#include "scheduler/trace.hpp"
+#include "collectives/telemetry/step_timer.hpp"
+#include "collectives/telemetry/trace.hpp"
 
 #include <atomic>
 #include <mutex>
 
 #if defined(ANTDT_HAVE_CUDA)
 #include "cuda/cuda_runtime.hpp"
-#include "cuda/event_timer.hpp"
+#include "collectives/telemetry/event_timer.hpp"
 #endif
 
 namespace antdt::coll {
@@ -27,9 +27,9 @@ namespace {
 
 // With a GPU, compute marks given a stream are timed with CUDA events, read
 // later without synchronising; otherwise with the CPU clock.
-std::unique_ptr<sched::ComputeClock> make_device_clock() {
+std::unique_ptr<telemetry::ComputeClock> make_device_clock() {
 #if defined(ANTDT_HAVE_CUDA)
-  if (cuda::available()) return std::make_unique<cuda::EventTimer>();
+  if (cuda::available()) return std::make_unique<telemetry::EventTimer>();
 #endif
   return nullptr;
 }
@@ -38,12 +38,12 @@ class StepState final : public detail::CollectiveState {
  public:
   explicit StepState(detail::CommImpl& comm)
       : device_clock(make_device_clock()),
-        timer(comm.rank(), sched::steady_time(), device_clock.get()),
-        trace(sched::TraceWriter::from_config(comm.config(), comm.rank(), "antdt-c" + std::to_string(comm.id()))) {}
-  std::unique_ptr<sched::ComputeClock> device_clock;  // before timer: the timer points at it
+        timer(comm.rank(), telemetry::steady_time(), device_clock.get()),
+        trace(telemetry::TraceWriter::from_config(comm.config(), comm.rank(), "antdt-c" + std::to_string(comm.id()))) {}
+  std::unique_ptr<telemetry::ComputeClock> device_clock;  // before timer: the timer points at it
   std::mutex mu;                                       // guards timer, trace and last_compute_s
-  sched::StepTimer timer;
-  std::unique_ptr<sched::TraceWriter> trace;
+  telemetry::StepTimer timer;
+  std::unique_ptr<telemetry::TraceWriter> trace;
   double last_compute_s = 0;
   std::atomic<bool> in_step{false};  // timer.in_step(), readable without mu
 };
@@ -88,7 +88,7 @@ void end_step(detail::CommImpl& comm, std::uint64_t samples, StragglerClass cls)
   const std::lock_guard lock(st.mu);
   st.timer.end_step(samples);
   st.in_step.store(st.timer.in_step(), std::memory_order_relaxed);
-  sched::StepRecord rec;
+  telemetry::StepRecord rec;
   while (st.timer.poll(rec)) {
     st.last_compute_s = rec.compute_s;
     if (st.trace) st.trace->write(rec, straggler_class_name(cls));

@@ -3,7 +3,7 @@
 
 #include <antdt/comm.hpp>
 
-#include "core/communicator.hpp"
+#include "collectives/communicator.hpp"
 
 #include <optional>
 

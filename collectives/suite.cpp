@@ -182,7 +182,7 @@ void SuiteState::fail_wait(const QueuedCollective* last) {
   // the progress thread's collective ends (aborted) instead of running on.
   comm_.mark_failed(Status::timeout, reason);
   comm_.transport().abort(static_cast<int>(Status::timeout), reason);
-  detail::throw_status(Status::timeout, reason);
+  throw_status(Status::timeout, reason);
 }
 
 std::shared_ptr<Transfer> SuiteState::post_transfer(bool is_send, std::span<std::byte> payload, std::size_t count,

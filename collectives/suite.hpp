@@ -31,7 +31,7 @@
 #pragma once
 
 #include "collectives/call.hpp"
-#include "core/communicator.hpp"
+#include "collectives/communicator.hpp"
 
 #include <atomic>
 #include <condition_variable>

@@ -3,7 +3,7 @@
 #include "core/config.hpp"
 
 #include "core/error.hpp"
-#include "scheduler/inject.hpp"
+#include "core/inject.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -389,7 +389,7 @@ Config Config::from_env(const Lookup& lookup) {
     c.trace_flush_steps = static_cast<int>(*v);
   }
   if (auto v = env.get("ANTDT_INJECT")) {
-    c.inject = std::make_shared<const sched::InjectSpec>(sched::parse_inject(*v));
+    c.inject = std::make_shared<const InjectSpec>(parse_inject(*v));
   }
   if (auto v = env.integer("ANTDT_NVTX", 0, 1, "1 = NVTX ranges per collective and step")) c.nvtx = *v == 1;
   if (auto v = env.choice("ANTDT_GPU_PATH", kGpuPaths)) c.gpu_path = *v;

@@ -14,9 +14,7 @@
 
 namespace antdt {
 
-namespace sched {
-struct InjectSpec;  // scheduler/inject.hpp
-}
+struct InjectSpec;  // core/inject.hpp
 
 enum class LogLevel { error = 0, warn = 1, info = 2, trace = 3 };
 enum class ProgressMode { automatic, spin, wake };  // ANTDT_PROGRESS
@@ -46,7 +44,7 @@ struct Config {
   std::string secret;                                        // ANTDT_SECRET (32 hex digits)
   std::string bootstrap_dir = "/tmp";                        // ANTDT_BOOTSTRAP_DIR
 
-  // Monitor (scheduler/monitor.hpp, docs/monitor.md), traces and straggler injection.
+  // Monitor (collectives/telemetry/monitor.hpp, docs/monitor.md), traces and straggler injection.
   std::size_t monitor_window = 64;                           // ANTDT_MONITOR_WINDOW, 4..65536 steps
   double monitor_alpha = 0.3;                                // ANTDT_MONITOR_ALPHA, (0, 1]
   double monitor_theta = 1.5;                                // ANTDT_MONITOR_THETA, (1, 100]
@@ -54,7 +52,7 @@ struct Config {
   double monitor_grace_margin = 2.0;                         // ANTDT_MONITOR_GRACE_MARGIN, [1, 100]
   std::string trace_dir;                                     // ANTDT_TRACE_DIR (empty: no trace)
   int trace_flush_steps = 100;                               // ANTDT_TRACE_FLUSH_STEPS, 1..1000000
-  std::shared_ptr<const sched::InjectSpec> inject;           // ANTDT_INJECT (null: nothing injected)
+  std::shared_ptr<const InjectSpec> inject;                  // ANTDT_INJECT (null: nothing injected)
   bool nvtx = false;                                         // ANTDT_NVTX=0|1 (NVTX ranges; CUDA builds only)
   GpuPath gpu_path = GpuPath::automatic;                     // ANTDT_GPU_PATH=auto|ipc|staged|direct (device buffers)
 

@@ -23,6 +23,10 @@ template <class E, class... Parts>
   throw E(cat(std::forward<Parts>(parts)...));
 }
 
+// Throws the antdt::Error subclass that matches `status` (InternalError for ok
+// and internal): how a status that crossed a wire or a thread is raised again.
+[[noreturn]] void throw_status(Status status, const std::string& message);
+
 // Precondition check for user input: throws InvalidArgument naming what is wrong.
 #define ANTDT_CHECK_ARG(cond, ...)                             \
   do {                                                         \

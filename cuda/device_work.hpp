@@ -1,7 +1,7 @@
 // The device operations that the collectives' GPU paths need, behind an
 // interface free of CUDA headers. The logic of those paths (which path, how a
 // buffer is cut into segments, the IPC protocol and its synchronisation) lives
-// in collectives/device_collectives.cpp, written against this interface, and
+// in collectives/device/device_collectives.cpp, written against this interface, and
 // is tested on machines without a GPU with a fake backend whose "device"
 // memory is host memory. cuda/device_work.cpp is the thin CUDA implementation
 // (pooled staging engines, one stream per call, the reduction kernels, cached

@@ -1,4 +1,4 @@
-// The bookkeeping behind EventTimer (cuda/event_timer.hpp), kept free of CUDA
+// The bookkeeping behind EventTimer (collectives/telemetry/event_timer.hpp), kept free of CUDA
 // so it is tested on every machine with a fake marker pair.
 //
 // Intervals are begin/end marker pairs recorded on a stream (CUDA events in
@@ -7,7 +7,7 @@
 // from pairs whose markers have completed.
 //
 // No interval is ever dropped while the reader keeps up, because a reader such
-// as sched::StepTimer matches the n-th duration to the n-th interval:
+// as telemetry::StepTimer matches the n-th duration to the n-th interval:
 //  - when every pair is in flight, the ring grows (a new pair is created);
 //  - when the ring is full but its oldest pairs have completed unread, their
 //    durations move to a plain queue of doubles and the pairs are reused.

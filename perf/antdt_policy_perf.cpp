@@ -22,7 +22,7 @@
 
 #include "core/config.hpp"
 #include "core/error.hpp"
-#include "scheduler/inject.hpp"
+#include "core/inject.hpp"
 
 #include <CLI/CLI.hpp>
 
@@ -48,7 +48,7 @@ using antdt::DataType;
 using antdt::Fate;
 using antdt::LatePolicy;
 using antdt::ReduceOp;
-using antdt::sched::Injector;
+using antdt::Injector;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kToolName = "antdt_policy_perf";

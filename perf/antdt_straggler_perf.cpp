@@ -12,7 +12,7 @@
 
 #include "core/config.hpp"
 #include "core/error.hpp"
-#include "scheduler/inject.hpp"
+#include "core/inject.hpp"
 
 #include <CLI/CLI.hpp>
 
@@ -37,7 +37,7 @@ using antdt::DataType;
 using antdt::Fate;
 using antdt::LatePolicy;
 using antdt::ReduceOp;
-using antdt::sched::Injector;
+using antdt::Injector;
 namespace perf = antdt::perf;
 using Clock = std::chrono::steady_clock;
 

@@ -13,9 +13,9 @@
 //      overheads: the end-to-end check, within the machine's noise.
 #include "perf_common.hpp"
 
-#include "scheduler/monitor.hpp"
-#include "scheduler/step_timer.hpp"
-#include "scheduler/trace.hpp"
+#include "collectives/telemetry/monitor.hpp"
+#include "collectives/telemetry/step_timer.hpp"
+#include "collectives/telemetry/trace.hpp"
 
 #include <CLI/CLI.hpp>
 
@@ -31,11 +31,11 @@
 
 namespace {
 
-using antdt::sched::Monitor;
-using antdt::sched::MonitorConfig;
-using antdt::sched::StepRecord;
-using antdt::sched::StepTimer;
-using antdt::sched::TraceWriter;
+using antdt::telemetry::Monitor;
+using antdt::telemetry::MonitorConfig;
+using antdt::telemetry::StepRecord;
+using antdt::telemetry::StepTimer;
+using antdt::telemetry::TraceWriter;
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -102,7 +102,7 @@ void instrumented_step(Instruments& in, Work& work, std::size_t passes) {
       in.records[i].rank = static_cast<int>(i);
     }
     in.monitor.record_step(in.records);
-    if (in.trace) in.trace->write(r, antdt::sched::to_string(in.monitor.classify(0)));
+    if (in.trace) in.trace->write(r, antdt::telemetry::to_string(in.monitor.classify(0)));
   }
 }
 

@@ -1,5 +1,5 @@
 # The straggler benchmark (docs/benchmarks.md). It reads ANTDT_INJECT through the
-# library's Injector (scheduler/inject.hpp), an internal class, so it links the
+# library's Injector (core/inject.hpp), an internal class, so it links the
 # static library, whose internals are visible, and compiles the perf tools'
 # shared pieces in (antdt_perf_common links the shared library).
 add_executable(antdt_straggler_perf

@@ -76,7 +76,7 @@ class Controller::View final : public MonitorView {
   }
   RankStats detail(int r) const override {
     RankStats s = rank(r);
-    const RankSummary summary = c_.monitor_.summary(r);
+    const telemetry::RankSummary summary = c_.monitor_.summary(r);
     s.compute_median_s = summary.compute_s.median;
     if (s.steps == 0) {
       // Fed elsewhere: the Monitor's own compute figures.
@@ -91,7 +91,7 @@ class Controller::View final : public MonitorView {
   const Controller& c_;
 };
 
-Controller::Controller(Monitor& monitor, std::unique_ptr<Policy> policy, const ControllerOptions& options)
+Controller::Controller(telemetry::Monitor& monitor, std::unique_ptr<Policy> policy, const ControllerOptions& options)
     : monitor_(monitor), policy_(std::move(policy)), options_(options) {
   ANTDT_CHECK_ARG(policy_ != nullptr, "Controller: no policy");
   ANTDT_CHECK_ARG(options_.world_size >= 1, "Controller: world size ", options_.world_size, " is not positive");
@@ -131,7 +131,7 @@ Controller::Controller(Monitor& monitor, std::unique_ptr<Policy> policy, const C
   history_.emplace(0, PlanSet{std::move(plans), 0});
 }
 
-std::unique_ptr<Controller> Controller::from_config(Monitor& monitor, const Config& cfg, int world_size,
+std::unique_ptr<Controller> Controller::from_config(telemetry::Monitor& monitor, const Config& cfg, int world_size,
                                                     std::uint64_t global_batch) {
   ControllerOptions options;
   options.world_size = world_size;
@@ -171,14 +171,14 @@ void Controller::check_plans(const std::vector<RankPlan>& plans, std::string_vie
                   ", not the global batch ", options_.global_batch);
 }
 
-std::optional<Decision> Controller::on_step(std::uint64_t step, std::span<const StepRecord> records) {
+std::optional<Decision> Controller::on_step(std::uint64_t step, std::span<const telemetry::StepRecord> records) {
   const auto start = std::chrono::steady_clock::now();
   const double cpu_start = thread_cpu_s();
   std::lock_guard decide_lock(decide_mu_);
 
   if (options_.feed_monitor && !records.empty()) monitor_.record_step(records);
   const double alpha = monitor_.config().alpha;
-  for (const StepRecord& rec : records) {
+  for (const telemetry::StepRecord& rec : records) {
     ANTDT_CHECK_ARG(rec.rank >= 0 && rec.rank < options_.world_size, "Controller::on_step: record of rank ",
                     rec.rank, " is out of range [0, ", options_.world_size, ")");
     if (rec.samples == 0 || !(rec.compute_s > 0)) continue;  // a catch-up step did no work

@@ -20,8 +20,8 @@
 
 #include <antdt/scheduler.hpp>
 
-#include "scheduler/monitor.hpp"
-#include "scheduler/step_timer.hpp"
+#include "collectives/telemetry/monitor.hpp"
+#include "collectives/telemetry/step_timer.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -89,9 +89,9 @@ class Controller {
  public:
   // InvalidArgument naming the problem: null policy, world_size < 1 or not the
   // Monitor's size, global_batch == 0, bounds that no split can meet.
-  Controller(Monitor& monitor, std::unique_ptr<Policy> policy, const ControllerOptions& options);
+  Controller(telemetry::Monitor& monitor, std::unique_ptr<Policy> policy, const ControllerOptions& options);
   // ANTDT_POLICY / ANTDT_POLICY_CONFIG from `cfg` (make_policy; split_config).
-  static std::unique_ptr<Controller> from_config(Monitor& monitor, const Config& cfg, int world_size,
+  static std::unique_ptr<Controller> from_config(telemetry::Monitor& monitor, const Config& cfg, int world_size,
                                                  std::uint64_t global_batch);
 
   Controller(const Controller&) = delete;
@@ -100,7 +100,7 @@ class Controller {
   // After step `step` closed: feeds the records (when feed_monitor), asks the
   // policy, and returns the decision if it made one. Records may be empty (the
   // statistics then come from whoever feeds the Monitor).
-  std::optional<Decision> on_step(std::uint64_t step, std::span<const StepRecord> records);
+  std::optional<Decision> on_step(std::uint64_t step, std::span<const telemetry::StepRecord> records);
   // The plan of `rank` for step `step` (see the agreement rule above).
   // InvalidArgument for a rank out of range or a step older than the plans kept.
   RankPlan plan_for(int rank, std::uint64_t step);
@@ -116,7 +116,7 @@ class Controller {
   ControllerStats stats() const;
   const Policy& policy() const noexcept { return *policy_; }
   const ControllerOptions& options() const noexcept { return options_; }
-  Monitor& monitor() noexcept { return monitor_; }
+  telemetry::Monitor& monitor() noexcept { return monitor_; }
 
  private:
   class View;
@@ -134,7 +134,7 @@ class Controller {
   std::uint64_t min_asked_locked() const;
   void prune_locked();
 
-  Monitor& monitor_;
+  telemetry::Monitor& monitor_;
   std::unique_ptr<Policy> policy_;
   ControllerOptions options_;
   std::mutex decide_mu_;                       // one on_step() at a time; guards throughput_ and the policy

@@ -29,7 +29,7 @@ CoordinatorOptions CoordinatorOptions::from(const Config& cfg, int world_size, s
   o.dataset_size = dataset_size;
   o.dds = sched::dds_options_from(cfg, world_size, epochs);
   o.global_batch = global_batch;
-  o.monitor = sched::MonitorConfig::from(cfg);
+  o.monitor = telemetry::MonitorConfig::from(cfg);
   o.checkpoint_path = cfg.coordinator_checkpoint;
   o.checkpoint_interval = cfg.coordinator_checkpoint_interval;
   return o;
@@ -63,7 +63,7 @@ Coordinator::Coordinator(CoordinatorOptions options)
                  ", ", p.total_committed, " samples committed)");
     }
   }
-  monitor_ = std::make_unique<sched::Monitor>(options_.world_size, options_.monitor);
+  monitor_ = std::make_unique<telemetry::Monitor>(options_.world_size, options_.monitor);
   if (options_.policy.empty()) {
     controller_ = sched::Controller::from_config(*monitor_, config(), options_.world_size, options_.global_batch);
   } else {
@@ -197,7 +197,7 @@ void Coordinator::report(int rank, const Report& r) {
   if (r.fate == Fate::dropped) ++stats_.dropped_reports;
   m.dropped_last = r.fate == Fate::dropped;
   if (r.step >= next_close_) {
-    sched::StepRecord rec;
+    telemetry::StepRecord rec;
     rec.rank = rank;
     rec.step = r.step;
     rec.compute_s = r.compute_s;
@@ -222,7 +222,7 @@ void Coordinator::close_steps_locked() {
       if (m.last_reported < next_close_) return;
     }
     if (!any) return;
-    std::vector<sched::StepRecord> records;
+    std::vector<telemetry::StepRecord> records;
     if (auto it = records_.find(next_close_); it != records_.end()) {
       records = std::move(it->second);
       records_.erase(it);

@@ -22,7 +22,7 @@
 #include "scheduler/controller.hpp"
 #include "scheduler/coordinator_wire.hpp"
 #include "scheduler/dds.hpp"
-#include "scheduler/monitor.hpp"
+#include "collectives/telemetry/monitor.hpp"
 
 #include <array>
 #include <atomic>
@@ -52,7 +52,7 @@ struct CoordinatorOptions {
   // ANTDT_POLICY_CONFIG (Controller::from_config).
   std::string policy;
   std::string policy_config = "{}";
-  sched::MonitorConfig monitor;
+  telemetry::MonitorConfig monitor;
   // Dds checkpoint (empty: none): written every checkpoint_interval and every
   // checkpoint_steps closed steps (0: not by steps), and when the job ends;
   // restored at start when the file exists.
@@ -151,7 +151,7 @@ class Coordinator {
   CoordinatorOptions options_;
   mutable std::mutex mu_;
   std::unique_ptr<sched::Dds> dds_;
-  std::unique_ptr<sched::Monitor> monitor_;
+  std::unique_ptr<telemetry::Monitor> monitor_;
   std::unique_ptr<sched::Controller> controller_;
   std::vector<Member> members_;
   std::map<std::uint64_t, Frozen> frozen_;
@@ -161,7 +161,7 @@ class Coordinator {
   std::map<std::uint64_t, UniqueId> generation_ids_;          // offered by rank 0 of the generation
   bool rebuild_pending_ = false;                              // an unordered restart needs a new generation
   std::map<std::uint64_t, int> lease_owner_;                  // leases issued by this process
-  std::map<std::uint64_t, std::vector<sched::StepRecord>> records_;  // per step, until it closes
+  std::map<std::uint64_t, std::vector<telemetry::StepRecord>> records_;  // per step, until it closes
   std::uint64_t next_close_ = 1;
   std::chrono::steady_clock::time_point last_checkpoint_;
   std::uint64_t closed_at_checkpoint_ = 0;

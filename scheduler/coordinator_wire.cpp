@@ -1,6 +1,6 @@
 #include "scheduler/coordinator_wire.hpp"
 
-#include "core/communicator.hpp"
+#include "collectives/communicator.hpp"
 #include "core/error.hpp"
 #include "core/wire_codec.hpp"
 
@@ -59,7 +59,7 @@ LatePolicy late_from(std::uint8_t v) {
 void throw_if_error(std::span<const std::byte> bytes) {
   if (peek_kind(bytes) != Kind::error) return;
   ErrorReply e = decode_error(bytes);
-  detail::throw_status(e.status, "coordinator: " + e.message);
+  throw_status(e.status, "coordinator: " + e.message);
 }
 
 }  // namespace

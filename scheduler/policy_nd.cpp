@@ -7,7 +7,7 @@
 #include "scheduler/policy_config.hpp"
 
 #include "core/error.hpp"
-#include "scheduler/monitor.hpp"
+#include "collectives/telemetry/monitor.hpp"
 
 #include <algorithm>
 
@@ -52,7 +52,7 @@ class NdPolicy final : public Policy {
     for (std::size_t i = 0; i < n; ++i) {
       const int rank = static_cast<int>(i);
       const RankStats st = monitor.rank(rank);
-      if (!is_slow(st.cls)) {
+      if (!telemetry::is_slow(st.cls)) {
         recovering_[i] = 0;
         continue;
       }

@@ -33,7 +33,7 @@
 #include "core/error.hpp"
 #include "scheduler/controller.hpp"
 #include "scheduler/dds.hpp"
-#include "scheduler/monitor.hpp"
+#include "collectives/telemetry/monitor.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -224,7 +224,7 @@ class Simulation {
     const int n = sc_.ranks;
     const std::size_t nr = static_cast<std::size_t>(n);
     const std::uint64_t global = sc_.batch_per_rank * static_cast<std::uint64_t>(n);
-    sched::Monitor monitor(n, sched::MonitorConfig{});
+    telemetry::Monitor monitor(n, telemetry::MonitorConfig{});
     sched::ControllerOptions options;
     options.world_size = n;
     options.global_batch = global;
@@ -246,7 +246,7 @@ class Simulation {
     commits_.clear();
 
     double open = 0;
-    std::vector<sched::StepRecord> records;
+    std::vector<telemetry::StepRecord> records;
     std::vector<std::pair<double, int>> order;
     std::vector<double> on_time_arrivals;
     for (std::uint64_t s = 0; s < sc_.steps; ++s) {
@@ -351,7 +351,7 @@ class Simulation {
       }
       const double transfer = ring_allreduce_s(static_cast<int>(participants), sc_.gradient_bytes, sc_.alpha_s,
                                                sc_.beta_s_per_byte);
-      for (sched::StepRecord& rec : records) {
+      for (telemetry::StepRecord& rec : records) {
         rec.transfer_s = transfer;
         rec.step_s = close + transfer - rec.t_begin;
       }
@@ -375,7 +375,7 @@ class Simulation {
     // The run ends: contributions still in flight give their samples back.
     for (int r = 0; r < n; ++r) {
       if (ranks_[static_cast<std::size_t>(r)].inflight) {
-        std::vector<sched::StepRecord> unused;
+        std::vector<telemetry::StepRecord> unused;
         settle(r, sc_.steps, false, open, dds, res, unused);
       }
     }
@@ -463,7 +463,7 @@ class Simulation {
 
   // The contribution of rank r ends: its samples are committed (in a result) or given back.
   void settle(int r, std::uint64_t step, bool include, double close, sched::Dds& dds, Result& res,
-              std::vector<sched::StepRecord>& records) {
+              std::vector<telemetry::StepRecord>& records) {
     RankSim& rk = ranks_[static_cast<std::size_t>(r)];
     for (Lease& l : rk.leases) {
       if (include) {
@@ -482,7 +482,7 @@ class Simulation {
     }
     rk.leases.clear();
     rk.inflight = false;
-    sched::StepRecord rec;
+    telemetry::StepRecord rec;
     rec.rank = r;
     rec.step = step;
     rec.t_begin = rk.start;

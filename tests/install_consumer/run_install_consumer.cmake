@@ -42,11 +42,12 @@ foreach(f IN LISTS expected_files)
   endif()
 endforeach()
 # The exported interface must not leak the build: no source or build paths and
-# no reference to the internal object library.
+# no reference to the internal object libraries (the layers).
 file(GLOB exported_cmake "${prefix}/${LIBDIR}/cmake/antdt_comm/*.cmake")
 foreach(f IN LISTS exported_cmake)
   file(READ "${f}" text)
-  foreach(leak antdt_obj ANTDT_BUILDING_LIBRARY "${ANTDT_BUILD_DIR}")
+  foreach(leak antdt_core antdt_transport antdt_cuda antdt_telemetry antdt_collectives antdt_scheduler antdt_api
+               ANTDT_BUILDING_LIBRARY "${ANTDT_BUILD_DIR}")
     string(FIND "${text}" "${leak}" at)
     if(NOT at EQUAL -1)
       message(FATAL_ERROR "install_consumer: ${f} mentions '${leak}', an internal of the build")

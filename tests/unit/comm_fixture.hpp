@@ -4,8 +4,9 @@
 
 #include <antdt/comm.hpp>
 
+#include "collectives/api/make_communicator.hpp"
 #include "core/bootstrap.hpp"
-#include "core/communicator.hpp"
+#include "collectives/communicator.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
 #include "transport/inproc/inproc_transport.hpp"

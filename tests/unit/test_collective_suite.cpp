@@ -4,6 +4,7 @@
 // (and op where it applies), counts from 0, odd counts, in place and out of
 // place, against independent references (reference.hpp); mismatched calls of
 // each kind, bad arguments, and the algorithm choice.
+#include "collectives/api/make_communicator.hpp"
 #include "comm_fixture.hpp"
 #include "reference.hpp"
 

@@ -8,7 +8,7 @@
 #include "core/config.hpp"
 #include "core/error.hpp"
 #include "scheduler/controller.hpp"
-#include "scheduler/monitor.hpp"
+#include "collectives/telemetry/monitor.hpp"
 
 #include <gtest/gtest.h>
 
@@ -148,14 +148,14 @@ TEST(PlanForBatch, MicroBatchesAreCeilOfTheCap) {
 struct Job {
   int n;
   std::uint64_t batch;
-  Monitor monitor;
+  telemetry::Monitor monitor;
   std::unique_ptr<Controller> controller;
   std::uint64_t step = 0;
   std::mt19937_64 rng{42};
   double noise = 0;  // relative, uniform in [-noise, noise]
 
   Job(int ranks, std::uint64_t global_batch, std::string_view policy, std::string_view config = "{}",
-      MonitorConfig mc = {})
+      telemetry::MonitorConfig mc = {})
       : n(ranks), batch(global_batch), monitor(ranks, mc) {
     ControllerOptions o;
     o.world_size = ranks;
@@ -166,11 +166,11 @@ struct Job {
 
   // One step: every rank asks its plan, computes factor(rank) x 1 ms per sample.
   std::optional<Decision> run_step(const std::function<double(int, std::uint64_t)>& factor) {
-    std::vector<StepRecord> records(static_cast<std::size_t>(n));
+    std::vector<telemetry::StepRecord> records(static_cast<std::size_t>(n));
     std::uniform_real_distribution<double> u(-noise, noise);
     for (int r = 0; r < n; ++r) {
       const RankPlan plan = controller->plan_for(r, step);
-      StepRecord& rec = records[static_cast<std::size_t>(r)];
+      telemetry::StepRecord& rec = records[static_cast<std::size_t>(r)];
       rec.rank = r;
       rec.step = step;
       rec.samples = plan.local_batch;
@@ -390,7 +390,7 @@ std::uint64_t tag_of(const RankPlan& p, int rank, std::uint64_t global, int n) {
 }
 
 TEST(ControllerAgreement, DecisionTakesEffectAfterTheHighestStepAsked) {
-  Monitor monitor(3, MonitorConfig{});
+  telemetry::Monitor monitor(3, telemetry::MonitorConfig{});
   ControllerOptions o;
   o.world_size = 3;
   o.global_batch = 300;
@@ -425,7 +425,7 @@ TEST(ControllerAgreement, ThreadsNeverSeeTwoPlanSetsInOneStep) {
   constexpr int kRanks = 6;
   constexpr std::uint64_t kSteps = 400;
   constexpr std::uint64_t kBatch = 600;
-  Monitor monitor(kRanks, MonitorConfig{});
+  telemetry::Monitor monitor(kRanks, telemetry::MonitorConfig{});
   ControllerOptions o;
   o.world_size = kRanks;
   o.global_batch = kBatch;
@@ -521,7 +521,7 @@ TEST(PolicyRegistry, BuiltinsUserPoliciesAndUnknownNames) {
     if (name == "ANTDT_POLICY_CONFIG") return R"({"extra": 3, "micro_batch_cap": 0})";
     return std::nullopt;
   });
-  Monitor monitor(2, MonitorConfig{});
+  telemetry::Monitor monitor(2, telemetry::MonitorConfig{});
   auto c = Controller::from_config(monitor, cfg, 2, 10);
   EXPECT_EQ(c->policy().name(), "test-fixed");
   EXPECT_EQ(c->plan_for(0, 0).local_batch, 8u);
@@ -544,7 +544,7 @@ TEST(PolicyRegistry, BuiltinsUserPoliciesAndUnknownNames) {
 }
 
 TEST(PolicyRegistry, PlansThatBreakTheRulesAreRejected) {
-  Monitor monitor(2, MonitorConfig{});
+  telemetry::Monitor monitor(2, telemetry::MonitorConfig{});
   ControllerOptions o;
   o.world_size = 2;
   o.global_batch = 10;
@@ -664,7 +664,7 @@ TEST(PolicyConfig, EnvironmentVariables) {
   }
   // An unknown key is found when the policy is made (the name may be registered later).
   c = Config::from_env(env_of({{"ANTDT_POLICY", "antdt-nd"}, {"ANTDT_POLICY_CONFIG", R"({"intervall": 7})"}}));
-  Monitor monitor(2, MonitorConfig{});
+  telemetry::Monitor monitor(2, telemetry::MonitorConfig{});
   EXPECT_THROW(Controller::from_config(monitor, c, 2, 8), ConfigError);
 }
 

@@ -14,9 +14,9 @@
 
 #if ANTDT_HAVE_CUDA
 #include "cuda/device_memory.hpp"
-#include "cuda/event_timer.hpp"
+#include "collectives/telemetry/event_timer.hpp"
 #include "cuda/sleep_kernel.hpp"
-#include "scheduler/step_timer.hpp"
+#include "collectives/telemetry/step_timer.hpp"
 
 #include <chrono>
 #endif
@@ -176,14 +176,14 @@ class CudaEventTimer : public testing::Test {
 };
 
 // Reads the next interval, polling for at most `timeout`.
-bool read_within(antdt::cuda::EventTimer& timer, double& seconds, std::chrono::seconds timeout) {
+bool read_within(antdt::telemetry::EventTimer& timer, double& seconds, std::chrono::seconds timeout) {
   return antdt::cuda::poll_until_done([&] { return timer.try_read(seconds); }, timeout);
 }
 
 TEST_F(CudaEventTimer, MeasuresASleepKernelWithoutBlockingTheReader) {
   using namespace std::chrono_literals;
   antdt::cuda::Stream stream;
-  antdt::cuda::EventTimer timer;
+  antdt::telemetry::EventTimer timer;
   timer.record_compute_begin(stream.get());
   antdt::cuda::device_sleep(300ms, stream.get());
   timer.record_compute_end(stream.get());
@@ -198,7 +198,7 @@ TEST_F(CudaEventTimer, MeasuresASleepKernelWithoutBlockingTheReader) {
 TEST_F(CudaEventTimer, IntervalsComeBackInOrderAndTheRingGrowsBehindALongKernel) {
   using namespace std::chrono_literals;
   antdt::cuda::Stream stream;
-  antdt::cuda::EventTimer timer(2);
+  antdt::telemetry::EventTimer timer(2);
   // A long kernel first holds the stream, so every later pair is still in flight.
   antdt::cuda::device_sleep(200ms, stream.get());
   const std::vector<std::chrono::milliseconds> sleeps{30ms, 1ms, 20ms, 1ms, 10ms, 1ms, 40ms, 1ms};
@@ -220,8 +220,8 @@ TEST_F(CudaEventTimer, IntervalsComeBackInOrderAndTheRingGrowsBehindALongKernel)
 TEST_F(CudaEventTimer, FeedsAStepTimerAsItsComputeClock) {
   using namespace std::chrono_literals;
   antdt::cuda::Stream stream;
-  antdt::cuda::EventTimer timer;
-  antdt::sched::StepTimer steps(0, antdt::sched::steady_time(), &timer);
+  antdt::telemetry::EventTimer timer;
+  antdt::telemetry::StepTimer steps(0, antdt::telemetry::steady_time(), &timer);
   for (int step = 0; step < 3; ++step) {
     steps.begin_step();
     steps.begin_compute(stream.get());
@@ -229,10 +229,10 @@ TEST_F(CudaEventTimer, FeedsAStepTimerAsItsComputeClock) {
     steps.end_compute(stream.get());
     steps.end_step(32);
   }
-  std::vector<antdt::sched::StepRecord> records;
+  std::vector<antdt::telemetry::StepRecord> records;
   ASSERT_TRUE(antdt::cuda::poll_until_done(
       [&] {
-        antdt::sched::StepRecord r;
+        antdt::telemetry::StepRecord r;
         while (steps.poll(r)) records.push_back(r);
         return records.size() == 3;
       },
@@ -241,7 +241,7 @@ TEST_F(CudaEventTimer, FeedsAStepTimerAsItsComputeClock) {
 }
 
 TEST_F(CudaEventTimer, BeginTwiceIsRejected) {
-  antdt::cuda::EventTimer timer;
+  antdt::telemetry::EventTimer timer;
   timer.record_compute_begin(nullptr);
   EXPECT_THROW(timer.record_compute_begin(nullptr), antdt::InvalidArgument);
   timer.record_compute_end(nullptr);

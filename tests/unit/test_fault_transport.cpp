@@ -2,10 +2,11 @@
 // sends still arrive intact and in order, never before their delay, aborts and
 // cancels still work, blocked waits sleep between releases, and collectives run
 // unchanged over it. Ranks are threads over inproc (and UCX for ordering).
+#include "collectives/api/make_communicator.hpp"
 #include "transport_fixtures.hpp"
 
-#include "core/communicator.hpp"
-#include "scheduler/inject.hpp"
+#include "collectives/communicator.hpp"
+#include "core/inject.hpp"
 #include "transport/fault/fault_transport.hpp"
 
 #include <gtest/gtest.h>
@@ -447,23 +448,23 @@ TEST(FaultTransport, BadArgumentsAreInvalidArguments) {
 // ANTDT_INJECT and collectives
 // ---------------------------------------------------------------------------
 TEST(FaultTransport, PlanComesFromTheInjectorOfEachRank) {
-  const sched::InjectSpec spec = sched::parse_inject("rank=2:slow=3;rank=1:delay_us=1500;rank=*:delay_us=500");
-  const sched::Injector rank0(spec, 0, 4), rank1(spec, 1, 4), rank2(spec, 2, 4);
+  const InjectSpec spec = parse_inject("rank=2:slow=3;rank=1:delay_us=1500;rank=*:delay_us=500");
+  const Injector rank0(spec, 0, 4), rank1(spec, 1, 4), rank2(spec, 2, 4);
   EXPECT_EQ(transport::fault_plan_from(rank1).send_delay, std::chrono::microseconds(2000));
   EXPECT_EQ(transport::fault_plan_from(rank0).send_delay, std::chrono::microseconds(500));
   EXPECT_TRUE(transport::has_transport_faults(rank1));
   EXPECT_EQ(transport::fault_plan_from(rank1).send_bytes_per_second, 0);
   // Bandwidth caps: the lowest of the clauses naming the rank wins.
-  const sched::InjectSpec capped = sched::parse_inject("rank=*:bw_mbps=100;rank=3:bw_mbps=2.5;rank=3:bw_mbps=40");
-  EXPECT_EQ(transport::fault_plan_from(sched::Injector(capped, 3, 4)).send_bytes_per_second, 2.5e6);
-  EXPECT_EQ(transport::fault_plan_from(sched::Injector(capped, 0, 4)).send_bytes_per_second, 100e6);
-  EXPECT_TRUE(transport::has_transport_faults(sched::Injector(capped, 0, 4)));
-  EXPECT_THROW(sched::parse_inject("rank=1:bw_mbps=0"), ConfigError);
-  EXPECT_THROW(sched::parse_inject("rank=1:bw_mbps=-3"), ConfigError);
-  EXPECT_THROW(sched::parse_inject("rank=1:bw_mbps=5,bw_mbps=6"), ConfigError);
-  const sched::Injector compute_only(sched::parse_inject("rank=2:slow=3"), 2, 4);
+  const InjectSpec capped = parse_inject("rank=*:bw_mbps=100;rank=3:bw_mbps=2.5;rank=3:bw_mbps=40");
+  EXPECT_EQ(transport::fault_plan_from(Injector(capped, 3, 4)).send_bytes_per_second, 2.5e6);
+  EXPECT_EQ(transport::fault_plan_from(Injector(capped, 0, 4)).send_bytes_per_second, 100e6);
+  EXPECT_TRUE(transport::has_transport_faults(Injector(capped, 0, 4)));
+  EXPECT_THROW(parse_inject("rank=1:bw_mbps=0"), ConfigError);
+  EXPECT_THROW(parse_inject("rank=1:bw_mbps=-3"), ConfigError);
+  EXPECT_THROW(parse_inject("rank=1:bw_mbps=5,bw_mbps=6"), ConfigError);
+  const Injector compute_only(parse_inject("rank=2:slow=3"), 2, 4);
   EXPECT_FALSE(transport::has_transport_faults(compute_only));
-  EXPECT_FALSE(transport::has_transport_faults(sched::Injector()));
+  EXPECT_FALSE(transport::has_transport_faults(Injector()));
 }
 
 // An allreduce over four ranks, one of them with delayed sends, gives the
@@ -471,7 +472,7 @@ TEST(FaultTransport, PlanComesFromTheInjectorOfEachRank) {
 TEST(FaultTransport, CollectivesRunUnchangedOverIt) {
   constexpr int kRanks = 4;
   constexpr std::size_t kCount = 10000;
-  const sched::InjectSpec spec = sched::parse_inject("rank=2:delay_us=2000");
+  const InjectSpec spec = parse_inject("rank=2:delay_us=2000");
   auto fabric = std::make_shared<transport::InprocFabric>(kRanks);
   Config cfg = transport_config();
   cfg.chunk_bytes = 4096;
@@ -480,7 +481,7 @@ TEST(FaultTransport, CollectivesRunUnchangedOverIt) {
   for (int r = 0; r < kRanks; ++r) {
     threads.emplace_back([&, r] {
       try {
-        auto t = make_fault_transport(transport::make_inproc_transport(fabric, r, cfg), sched::Injector(spec, r, kRanks));
+        auto t = make_fault_transport(transport::make_inproc_transport(fabric, r, cfg), Injector(spec, r, kRanks));
         Communicator comm = detail::make_communicator(std::move(t), 9, cfg);
         for (int round = 0; round < 3; ++round) {
           std::vector<std::int64_t> data(kCount);

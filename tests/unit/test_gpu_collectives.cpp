@@ -8,7 +8,7 @@
 #include "gpu_test_util.hpp"
 #include "reference.hpp"
 
-#include "collectives/device_collectives.hpp"
+#include "collectives/device/device_collectives.hpp"
 #include "cuda/cuda_runtime.hpp"
 
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // The logic of collectives and push-pull on device buffers
 // (collectives/device_plan.*, collectives/device_collectives.*,
-// collectives/pushpull.cpp), run on any machine: a fake DeviceBackend
+// collectives/pushpull/pushpull.cpp), run on any machine: a fake DeviceBackend
 // whose "device" memory is host memory registered with it, and whose copies
 // and reductions run only when the code waits for them (or polls a staging
 // slot), in order, as on a CUDA stream. A missing wait, a slot reused too
@@ -12,9 +12,9 @@
 #include <antdt/pushpull.h>
 #include <antdt/pushpull.hpp>
 
-#include "collectives/device_collectives.hpp"
-#include "collectives/device_plan.hpp"
-#include "core/c_api.hpp"
+#include "collectives/device/device_collectives.hpp"
+#include "collectives/device/device_plan.hpp"
+#include "collectives/api/c_api.hpp"
 #include "core/dtype.hpp"
 #include "cuda/device_work.hpp"
 
@@ -1190,7 +1190,7 @@ TEST(DevicePaths, HostBuffersNeverTouchTheDeviceBackend) {
 
 
 // ---------------------------------------------------------------------------
-// Push-pull on device buffers (collectives/pushpull.cpp, docs/pushpull.md)
+// Push-pull on device buffers (collectives/pushpull/pushpull.cpp, docs/pushpull.md)
 // ---------------------------------------------------------------------------
 // Inputs are small integers and weights small integers, so every sum is exact
 // in every dtype (at most 4 ranks x weight 4 x |value| 5 = 80: fits i8, u8,

@@ -1,7 +1,7 @@
 // ANTDT_INJECT parsing and the per-rank Injector (scheduler/inject).
 #include "core/config.hpp"
 #include "core/error.hpp"
-#include "scheduler/inject.hpp"
+#include "core/inject.hpp"
 
 #include <gtest/gtest.h>
 

@@ -5,10 +5,10 @@
 // trace files (scheduler/trace).
 #include "core/config.hpp"
 #include "core/error.hpp"
-#include "scheduler/monitor.hpp"
-#include "scheduler/step_stats.hpp"
-#include "scheduler/step_timer.hpp"
-#include "scheduler/trace.hpp"
+#include "collectives/telemetry/monitor.hpp"
+#include "collectives/telemetry/step_stats.hpp"
+#include "collectives/telemetry/step_timer.hpp"
+#include "collectives/telemetry/trace.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -56,7 +56,7 @@ TEST(StepStats, MatchesSortedReferenceForOddEvenAndUnitWindows) {
   std::mt19937_64 rng(1234);
   std::uniform_real_distribution<double> dist(0.0, 100.0);
   for (std::size_t capacity : {1u, 2u, 7u, 8u, 100u}) {
-    StepStats stats(capacity, 0.25);
+    telemetry::StepStats stats(capacity, 0.25);
     std::vector<double> all;
     double ewma = 0;
     for (int i = 0; i < 250; ++i) {
@@ -78,7 +78,7 @@ TEST(StepStats, MatchesSortedReferenceForOddEvenAndUnitWindows) {
 }
 
 TEST(StepStats, QuantilesOfAHundredDistinctValuesUseNearestRank) {
-  StepStats stats(100, 1.0);
+  telemetry::StepStats stats(100, 1.0);
   for (int i = 100; i >= 1; --i) stats.add(i);  // 1..100, inserted backwards
   EXPECT_DOUBLE_EQ(stats.p99(), 99.0);          // ceil(0.99 * 100) = 99th smallest
   EXPECT_DOUBLE_EQ(stats.quantile(1.0), 100.0);
@@ -88,7 +88,7 @@ TEST(StepStats, QuantilesOfAHundredDistinctValuesUseNearestRank) {
 }
 
 TEST(StepStats, EmptyIsZeroAndClearResets) {
-  StepStats stats(4, 0.5);
+  telemetry::StepStats stats(4, 0.5);
   EXPECT_TRUE(stats.empty());
   EXPECT_EQ(stats.median(), 0);
   EXPECT_EQ(stats.p99(), 0);
@@ -106,7 +106,7 @@ TEST(StepStats, EmptyIsZeroAndClearResets) {
 }
 
 TEST(StepStats, SharedScratchIsReusedOnceWarm) {
-  StepStats stats(64, 0.3);
+  telemetry::StepStats stats(64, 0.3);
   std::vector<double> scratch;
   for (int i = 0; i < 64; ++i) stats.add(i);
   stats.median(scratch);
@@ -120,10 +120,10 @@ TEST(StepStats, SharedScratchIsReusedOnceWarm) {
 }
 
 TEST(StepStats, RejectsBadParameters) {
-  EXPECT_THROW(StepStats(0, 0.5), InvalidArgument);
-  EXPECT_THROW(StepStats(4, 0.0), InvalidArgument);
-  EXPECT_THROW(StepStats(4, 1.5), InvalidArgument);
-  StepStats stats(4, 0.5);
+  EXPECT_THROW(telemetry::StepStats(0, 0.5), InvalidArgument);
+  EXPECT_THROW(telemetry::StepStats(4, 0.0), InvalidArgument);
+  EXPECT_THROW(telemetry::StepStats(4, 1.5), InvalidArgument);
+  telemetry::StepStats stats(4, 0.5);
   EXPECT_THROW(stats.quantile(0.0), InvalidArgument);
   EXPECT_THROW(stats.quantile(1.01), InvalidArgument);
 }
@@ -132,14 +132,14 @@ TEST(StepStats, RejectsBadParameters) {
 // StepTimer with a fake clock and a fake device clock
 // ---------------------------------------------------------------------------
 
-class FakeTime final : public TimeSource {
+class FakeTime final : public telemetry::TimeSource {
  public:
   double now() const noexcept override { return t; }
   double t = 1000.0;
 };
 
 // A device whose intervals finish when the test says so.
-class FakeDevice final : public ComputeClock {
+class FakeDevice final : public telemetry::ComputeClock {
  public:
   void record_compute_begin(void* stream) override {
     streams.push_back(stream);
@@ -166,7 +166,7 @@ class FakeDevice final : public ComputeClock {
 
 TEST(StepTimer, MarkedComputeWaitAndTransfer) {
   FakeTime clock;
-  StepTimer timer(3, clock);
+  telemetry::StepTimer timer(3, clock);
   timer.begin_step();
   clock.t += 0.1;
   timer.begin_compute();
@@ -177,7 +177,7 @@ TEST(StepTimer, MarkedComputeWaitAndTransfer) {
   clock.t += 0.1;
   timer.end_step(32);
 
-  StepRecord r;
+  telemetry::StepRecord r;
   ASSERT_TRUE(timer.poll(r));
   EXPECT_EQ(r.rank, 3);
   EXPECT_EQ(r.step, 0u);
@@ -192,7 +192,7 @@ TEST(StepTimer, MarkedComputeWaitAndTransfer) {
 
 TEST(StepTimer, UnmarkedComputeIsStepMinusCollectives) {
   FakeTime clock;
-  StepTimer timer(0, clock);
+  telemetry::StepTimer timer(0, clock);
   for (int step = 0; step < 3; ++step) {
     timer.begin_step();
     clock.t += 1.0;
@@ -202,7 +202,7 @@ TEST(StepTimer, UnmarkedComputeIsStepMinusCollectives) {
     timer.end_step(8);
   }
   for (std::uint64_t step = 0; step < 3; ++step) {
-    StepRecord r;
+    telemetry::StepRecord r;
     ASSERT_TRUE(timer.poll(r));
     EXPECT_EQ(r.step, step);
     EXPECT_NEAR(r.compute_s, 1.0 - 0.2 - 0.15, 1e-9);
@@ -212,7 +212,7 @@ TEST(StepTimer, UnmarkedComputeIsStepMinusCollectives) {
 
 TEST(StepTimer, SeveralComputeIntervalsAddUp) {
   FakeTime clock;
-  StepTimer timer(0, clock);
+  telemetry::StepTimer timer(0, clock);
   timer.begin_step();
   for (double micro : {0.1, 0.2, 0.4}) {  // gradient accumulation: three micro-batches
     timer.begin_compute();
@@ -221,7 +221,7 @@ TEST(StepTimer, SeveralComputeIntervalsAddUp) {
     clock.t += 0.01;
   }
   timer.end_step(3);
-  StepRecord r;
+  telemetry::StepRecord r;
   ASSERT_TRUE(timer.poll(r));
   EXPECT_NEAR(r.compute_s, 0.7, 1e-9);
   EXPECT_NEAR(r.step_s, 0.73, 1e-9);
@@ -229,7 +229,7 @@ TEST(StepTimer, SeveralComputeIntervalsAddUp) {
 
 TEST(StepTimer, ExplicitStepNumbersAndTimeOutsideSteps) {
   FakeTime clock;
-  StepTimer timer(1, clock);
+  telemetry::StepTimer timer(1, clock);
   timer.add_wait(0.5);  // a barrier before the first step belongs to no step
   timer.begin_step(10);
   clock.t += 1;
@@ -239,7 +239,7 @@ TEST(StepTimer, ExplicitStepNumbersAndTimeOutsideSteps) {
   clock.t += 1;
   timer.end_step(1);
   EXPECT_DOUBLE_EQ(timer.unattributed_s(), 0.75);
-  StepRecord r;
+  telemetry::StepRecord r;
   ASSERT_TRUE(timer.poll(r));
   EXPECT_EQ(r.step, 10u);
   EXPECT_EQ(r.wait_s, 0);
@@ -251,7 +251,7 @@ TEST(StepTimer, ExplicitStepNumbersAndTimeOutsideSteps) {
 
 TEST(StepTimer, MisuseNamesTheCall) {
   FakeTime clock;
-  StepTimer timer(0, clock);
+  telemetry::StepTimer timer(0, clock);
   const auto message = [](auto&& f) -> std::string {
     try {
       f();
@@ -270,7 +270,7 @@ TEST(StepTimer, MisuseNamesTheCall) {
   EXPECT_NE(message([&] { timer.end_step(1); }).find("end_compute() was not called"), std::string::npos);
   timer.end_compute();
   timer.end_step(1);
-  StepRecord r;
+  telemetry::StepRecord r;
   EXPECT_TRUE(timer.poll(r));
 }
 
@@ -278,7 +278,7 @@ TEST(StepTimer, DelayedDeviceResultsAreAttributedToTheirSteps) {
   FakeTime clock;
   FakeDevice device;
   device.durations = {0.30, 0.11, 0.12, 0.50};
-  StepTimer timer(2, clock, &device);
+  telemetry::StepTimer timer(2, clock, &device);
   int stream_tag = 0;
   void* stream = &stream_tag;
 
@@ -295,7 +295,7 @@ TEST(StepTimer, DelayedDeviceResultsAreAttributedToTheirSteps) {
     timer.end_step(4);
   }
   EXPECT_EQ(device.streams, std::vector<void*>(4, stream));
-  StepRecord r;
+  telemetry::StepRecord r;
   EXPECT_FALSE(timer.poll(r)) << "no device result is ready, so no record may be";
   EXPECT_EQ(timer.pending(), 3u);
 
@@ -319,7 +319,7 @@ TEST(StepTimer, DrainFallsBackToCpuEstimateAndKeepsLaterStepsAligned) {
   FakeTime clock;
   FakeDevice device;
   device.durations = {0.7, 0.8, 0.9};
-  StepTimer timer(0, clock, &device);
+  telemetry::StepTimer timer(0, clock, &device);
   for (int step = 0; step < 2; ++step) {
     timer.begin_step();
     timer.begin_compute();
@@ -329,7 +329,7 @@ TEST(StepTimer, DrainFallsBackToCpuEstimateAndKeepsLaterStepsAligned) {
     timer.end_step(1);
   }
   timer.drain(std::chrono::milliseconds(5));  // the device never answers
-  StepRecord r;
+  telemetry::StepRecord r;
   for (std::uint64_t step = 0; step < 2; ++step) {
     ASSERT_TRUE(timer.poll(r));
     EXPECT_EQ(r.step, step);
@@ -351,7 +351,7 @@ TEST(StepTimer, UnpolledRecordsAreBoundedAndDropOldestFirst) {
   FakeTime clock;
   FakeDevice device;
   for (int i = 0; i < 6; ++i) device.durations.push_back(0.1 * (i + 1));
-  StepTimer timer(0, clock, &device, 2);
+  telemetry::StepTimer timer(0, clock, &device, 2);
   for (int step = 0; step < 6; ++step) {
     timer.begin_step();
     timer.begin_compute();
@@ -362,7 +362,7 @@ TEST(StepTimer, UnpolledRecordsAreBoundedAndDropOldestFirst) {
   EXPECT_EQ(timer.dropped(), 3u);
   EXPECT_EQ(timer.pending(), 3u);
   device.released = 6;
-  StepRecord r;
+  telemetry::StepRecord r;
   for (std::uint64_t step = 3; step < 6; ++step) {
     ASSERT_TRUE(timer.poll(r));
     EXPECT_EQ(r.step, step);
@@ -372,8 +372,8 @@ TEST(StepTimer, UnpolledRecordsAreBoundedAndDropOldestFirst) {
 }
 
 TEST(StepTimer, SteadyClockIsMonotonic) {
-  const double a = steady_time().now();
-  const double b = steady_time().now();
+  const double a = telemetry::steady_time().now();
+  const double b = telemetry::steady_time().now();
   EXPECT_GE(b, a);
   EXPECT_GT(a, 0);
 }
@@ -388,15 +388,15 @@ using Model = std::function<double(int rank, int step)>;
 
 class Stream {
  public:
-  Stream(int nranks, MonitorConfig cfg, std::uint64_t seed = 7) : monitor(nranks, cfg), rng_(seed) {}
+  Stream(int nranks, telemetry::MonitorConfig cfg, std::uint64_t seed = 7) : monitor(nranks, cfg), rng_(seed) {}
 
   // Runs steps [from, to) of the model; `samples(rank)` per step.
   void run(int from, int to, const Model& model, const std::function<std::uint64_t(int)>& samples = nullptr) {
     std::uniform_real_distribution<double> noise(0.97, 1.03);
-    std::vector<StepRecord> records(static_cast<std::size_t>(monitor.nranks()));
+    std::vector<telemetry::StepRecord> records(static_cast<std::size_t>(monitor.nranks()));
     for (int step = from; step < to; ++step) {
       for (int rank = 0; rank < monitor.nranks(); ++rank) {
-        StepRecord& r = records[static_cast<std::size_t>(rank)];
+        telemetry::StepRecord& r = records[static_cast<std::size_t>(rank)];
         r.rank = rank;
         r.step = static_cast<std::uint64_t>(step);
         r.compute_s = model(rank, step) * noise(rng_);
@@ -409,7 +409,7 @@ class Stream {
     }
   }
 
-  Monitor monitor;
+  telemetry::Monitor monitor;
 
  private:
   std::mt19937_64 rng_;
@@ -417,8 +417,8 @@ class Stream {
 
 constexpr double kBase = 0.010;
 
-MonitorConfig test_config() {
-  MonitorConfig cfg;  // the defaults: window 64, alpha 0.3, theta 1.5, W_short 10
+telemetry::MonitorConfig test_config() {
+  telemetry::MonitorConfig cfg;  // the defaults: window 64, alpha 0.3, theta 1.5, W_short 10
   return cfg;
 }
 
@@ -505,8 +505,8 @@ TEST(Monitor, MixedKindsInOneStreamOfEightRanks) {
       {6, StragglerClass::healthy},    {7, StragglerClass::healthy}};
   s.run(0, 100, model);
   for (const auto& [rank, cls] : expected) {
-    EXPECT_EQ(s.monitor.classify(rank), cls) << "rank " << rank << " is " << to_string(s.monitor.classify(rank))
-                                             << ", expected " << to_string(cls);
+    EXPECT_EQ(s.monitor.classify(rank), cls) << "rank " << rank << " is " << telemetry::to_string(s.monitor.classify(rank))
+                                             << ", expected " << telemetry::to_string(cls);
   }
   const auto counts = s.monitor.class_counts();
   EXPECT_EQ(counts[static_cast<std::size_t>(StragglerClass::healthy)], 4u);
@@ -524,14 +524,14 @@ TEST(Monitor, ThetaDecides) {
   // A rank 1.3x slower and one 0.75x as slow: healthy under theta 1.5
   // (1/theta = 0.67), deterministic and leader under theta 1.2 (1/theta = 0.83).
   const Model model = [](int rank, int) { return rank == 1 ? 1.3 * kBase : rank == 2 ? 0.75 * kBase : kBase; };
-  MonitorConfig loose = test_config();
+  telemetry::MonitorConfig loose = test_config();
   loose.theta = 1.5;
   Stream a(8, loose);
   a.run(0, 60, model);
   EXPECT_EQ(a.monitor.classify(1), StragglerClass::healthy);
   EXPECT_EQ(a.monitor.classify(2), StragglerClass::healthy);
 
-  MonitorConfig tight = test_config();
+  telemetry::MonitorConfig tight = test_config();
   tight.theta = 1.2;
   Stream b(8, tight);
   b.run(0, 60, model);
@@ -542,11 +542,11 @@ TEST(Monitor, ThetaDecides) {
 TEST(Monitor, ShortStepsSeparateTransientFromPersistent) {
   // The same 8-step slow run is transient with W_short 10 and persistent with W_short 4.
   const Model model = [](int rank, int step) { return rank == 6 && step >= 30 && step < 38 ? 4 * kBase : kBase; };
-  MonitorConfig wide = test_config();
+  telemetry::MonitorConfig wide = test_config();
   Stream a(8, wide);
   a.run(0, 38, model);
   EXPECT_EQ(a.monitor.classify(6), StragglerClass::transient);
-  MonitorConfig narrow = test_config();
+  telemetry::MonitorConfig narrow = test_config();
   narrow.short_steps = 4;
   Stream b(8, narrow);
   b.run(0, 38, model);
@@ -572,8 +572,8 @@ TEST(Monitor, SmallerBatchIsNotCalledFast) {
 }
 
 TEST(Monitor, CatchUpStepsWithoutSamplesDoNotCountAsCompute) {
-  Monitor m(2, test_config());
-  StepRecord r;
+  telemetry::Monitor m(2, test_config());
+  telemetry::StepRecord r;
   r.rank = 0;
   r.compute_s = 0.01;
   r.step_s = 0.012;
@@ -582,20 +582,20 @@ TEST(Monitor, CatchUpStepsWithoutSamplesDoNotCountAsCompute) {
   r.compute_s = 0;  // a late rank applying a missed result without computing
   r.samples = 0;
   m.record(r);
-  const RankSummary s = m.summary(0);
+  const telemetry::RankSummary s = m.summary(0);
   EXPECT_EQ(s.steps, 1u);
   EXPECT_DOUBLE_EQ(s.compute_s.last, 0.01);
   EXPECT_DOUBLE_EQ(s.wait_s.last, 0);
 }
 
 TEST(Monitor, ExpectedStepAndGrace) {
-  MonitorConfig cfg = test_config();
+  telemetry::MonitorConfig cfg = test_config();
   cfg.grace_margin = 2.0;
-  Monitor m(5, cfg);
-  std::vector<StepRecord> records(5);
+  telemetry::Monitor m(5, cfg);
+  std::vector<telemetry::StepRecord> records(5);
   for (int step = 0; step < 30; ++step) {
     for (int rank = 0; rank < 5; ++rank) {
-      StepRecord& r = records[static_cast<std::size_t>(rank)];
+      telemetry::StepRecord& r = records[static_cast<std::size_t>(rank)];
       r.rank = rank;
       r.step = static_cast<std::uint64_t>(step);
       // Healthy ranks at 10, 11, 12, 13 ms; rank 4 a 4x straggler.
@@ -614,28 +614,28 @@ TEST(Monitor, ExpectedStepAndGrace) {
   EXPECT_NEAR(m.grace(), 2 * 0.002, 1e-9);
 
   // Identical ranks: no measured spread, the floor of 5% of compute applies.
-  Monitor same(4, cfg);
-  std::vector<StepRecord> equal(4);
+  telemetry::Monitor same(4, cfg);
+  std::vector<telemetry::StepRecord> equal(4);
   for (int rank = 0; rank < 4; ++rank) {
-    equal[static_cast<std::size_t>(rank)] = StepRecord{rank, 0, 0, 0.010, 0.010, 0, 0, 32};
+    equal[static_cast<std::size_t>(rank)] = telemetry::StepRecord{rank, 0, 0, 0.010, 0.010, 0, 0, 32};
   }
   for (int step = 0; step < 5; ++step) same.record_step(equal);
   EXPECT_NEAR(same.grace(), 2 * 0.05 * 0.010, 1e-12);
 }
 
 TEST(Monitor, SummaryStatisticsMatchTheWindow) {
-  MonitorConfig cfg = test_config();
+  telemetry::MonitorConfig cfg = test_config();
   cfg.window = 8;
-  Monitor m(1, cfg);
+  telemetry::Monitor m(1, cfg);
   std::vector<double> computes;
   for (int step = 0; step < 20; ++step) {
     const double c = 0.001 * ((step * 7) % 11 + 1);
     computes.push_back(c);
-    m.record(StepRecord{0, static_cast<std::uint64_t>(step), 0, c + 0.004, c, 0.001, 0.003, 4});
+    m.record(telemetry::StepRecord{0, static_cast<std::uint64_t>(step), 0, c + 0.004, c, 0.001, 0.003, 4});
   }
   m.evaluate();
   const Reference ref = reference_of(computes, 8);
-  const RankSummary s = m.summary(0);
+  const telemetry::RankSummary s = m.summary(0);
   EXPECT_DOUBLE_EQ(s.compute_s.median, ref.median);
   EXPECT_DOUBLE_EQ(s.compute_s.p99, ref.p99);
   EXPECT_DOUBLE_EQ(s.compute_s.last, computes.back());
@@ -647,8 +647,8 @@ TEST(Monitor, SummaryStatisticsMatchTheWindow) {
 }
 
 TEST(Monitor, SingleRankIsItsOwnReference) {
-  Monitor m(1, test_config());
-  m.record(StepRecord{0, 0, 0, 0.02, 0.02, 0, 0, 1});
+  telemetry::Monitor m(1, test_config());
+  m.record(telemetry::StepRecord{0, 0, 0, 0.02, 0.02, 0, 0, 1});
   m.evaluate();
   EXPECT_DOUBLE_EQ(m.slowness(0), 1.0);
 }
@@ -673,15 +673,15 @@ TEST(Monitor, EightThousandRanks) {
 }
 
 TEST(Monitor, RejectsBadArguments) {
-  EXPECT_THROW(Monitor(0, test_config()), InvalidArgument);
-  MonitorConfig bad = test_config();
+  EXPECT_THROW(telemetry::Monitor(0, test_config()), InvalidArgument);
+  telemetry::MonitorConfig bad = test_config();
   bad.theta = 1.0;
-  EXPECT_THROW(Monitor(4, bad), InvalidArgument);
+  EXPECT_THROW(telemetry::Monitor(4, bad), InvalidArgument);
   bad = test_config();
   bad.alpha = 0;
-  EXPECT_THROW(Monitor(4, bad), InvalidArgument);
-  Monitor m(4, test_config());
-  EXPECT_THROW(m.record(StepRecord{4, 0, 0, 0, 0, 0, 0, 0}), InvalidArgument);
+  EXPECT_THROW(telemetry::Monitor(4, bad), InvalidArgument);
+  telemetry::Monitor m(4, test_config());
+  EXPECT_THROW(m.record(telemetry::StepRecord{4, 0, 0, 0, 0, 0, 0, 0}), InvalidArgument);
   EXPECT_THROW(m.classify(-1), InvalidArgument);
 }
 
@@ -694,7 +694,7 @@ TEST(Monitor, ConfigFromEnvironmentVariables) {
     if (it == env.end()) return std::nullopt;
     return it->second;
   });
-  const MonitorConfig m = MonitorConfig::from(c);
+  const telemetry::MonitorConfig m = telemetry::MonitorConfig::from(c);
   EXPECT_EQ(m.window, 16u);
   EXPECT_DOUBLE_EQ(m.alpha, 0.5);
   EXPECT_DOUBLE_EQ(m.theta, 2.0);
@@ -723,8 +723,8 @@ class TraceTest : public ::testing::Test {
     return lines;
   }
 
-  static StepRecord record(int rank, std::uint64_t step) {
-    return StepRecord{rank, step, 50.0 + static_cast<double>(step), 0.016, 0.010, 0.002, 0.003, 64};
+  static telemetry::StepRecord record(int rank, std::uint64_t step) {
+    return telemetry::StepRecord{rank, step, 50.0 + static_cast<double>(step), 0.016, 0.010, 0.002, 0.003, 64};
   }
 
   std::filesystem::path dir_;
@@ -732,7 +732,7 @@ class TraceTest : public ::testing::Test {
 
 TEST_F(TraceTest, JsonLinesParseBackAndFlushEveryNSteps) {
   {
-    TraceWriter trace(dir_.string(), 3, 10);
+    telemetry::TraceWriter trace(dir_.string(), 3, 10);
     ASSERT_TRUE(trace.ok());
     for (std::uint64_t step = 0; step < 25; ++step) trace.write(record(3, step), step < 12 ? "healthy" : "transient");
     EXPECT_EQ(lines_of(trace.jsonl_path()).size(), 20u) << "two flushes of 10 steps before close";
@@ -758,9 +758,9 @@ TEST_F(TraceTest, JsonLinesParseBackAndFlushEveryNSteps) {
 
 TEST_F(TraceTest, ChromeTraceIsValidJsonWithThreeEventsPerStep) {
   {
-    TraceWriter trace(dir_.string(), 1, 4, "job7");
+    telemetry::TraceWriter trace(dir_.string(), 1, 4, "job7");
     for (std::uint64_t step = 0; step < 9; ++step) trace.write(record(1, step), "healthy");
-    StepRecord no_wait = record(1, 9);
+    telemetry::StepRecord no_wait = record(1, 9);
     no_wait.wait_s = 0;  // zero-length phases are left out
     trace.write(no_wait, "healthy");
   }  // the destructor closes
@@ -792,7 +792,7 @@ TEST_F(TraceTest, UnwritableDirectoryDisablesTracingWithoutThrowing) {
   std::filesystem::create_directories(dir_);
   const auto blocker = dir_ / "not-a-directory";
   std::ofstream(blocker) << "x";
-  TraceWriter trace((blocker / "sub").string(), 0, 1);
+  telemetry::TraceWriter trace((blocker / "sub").string(), 0, 1);
   EXPECT_FALSE(trace.ok());
   EXPECT_NO_THROW(trace.write(record(0, 0), "healthy"));
   EXPECT_NO_THROW(trace.flush());
@@ -802,10 +802,10 @@ TEST_F(TraceTest, UnwritableDirectoryDisablesTracingWithoutThrowing) {
 
 TEST_F(TraceTest, FromConfigFollowsTraceDir) {
   Config c;
-  EXPECT_EQ(TraceWriter::from_config(c, 0), nullptr);
+  EXPECT_EQ(telemetry::TraceWriter::from_config(c, 0), nullptr);
   c.trace_dir = dir_.string();
   c.trace_flush_steps = 1;
-  auto trace = TraceWriter::from_config(c, 2);
+  auto trace = telemetry::TraceWriter::from_config(c, 2);
   ASSERT_NE(trace, nullptr);
   trace->write(record(2, 0), "leader");
   EXPECT_EQ(lines_of((dir_ / "antdt-rank2.jsonl").string()).size(), 1u) << "flushed after every step";

@@ -3,7 +3,7 @@
 // wait == plain allreduce), with a slowed rank.
 #include "comm_fixture.hpp"
 
-#include "scheduler/arbiter.hpp"
+#include "collectives/partial/arbiter.hpp"
 
 #include <gtest/gtest.h>
 
@@ -291,8 +291,8 @@ INSTANTIATE_TEST_SUITE_P(Transports, Partial, ::testing::Values(TransportKind::i
                          [](const auto& param_info) { return to_string(param_info.param); });
 
 // An arrival of weight 1 at `step` under `policy`.
-partial::Arrival arrival_of(int rank, std::uint64_t step, LatePolicy policy) {
-  partial::Arrival a;
+coll::partial::Arrival arrival_of(int rank, std::uint64_t step, LatePolicy policy) {
+  coll::partial::Arrival a;
   a.rank = rank;
   a.step = step;
   a.weight = 1;
@@ -302,14 +302,14 @@ partial::Arrival arrival_of(int rank, std::uint64_t step, LatePolicy policy) {
 
 // The arbiter's decisions alone, on a fake clock.
 TEST(ArbiterTest, ClosesAtQuorumPlusGraceAndNotBefore) {
-  partial::ArbiterConfig cfg;
+  coll::partial::ArbiterConfig cfg;
   cfg.ranks = 4;
   cfg.grace_s = 0.010;
   cfg.warmup_steps = 0;
-  partial::Arbiter arb(cfg);
-  std::vector<partial::Arbiter::Out> out;
-  auto t0 = partial::Clock::now();
-  auto arrive = [&](int r, std::uint64_t step, partial::Clock::time_point t) {
+  coll::partial::Arbiter arb(cfg);
+  std::vector<coll::partial::Arbiter::Out> out;
+  auto t0 = coll::partial::Clock::now();
+  auto arrive = [&](int r, std::uint64_t step, coll::partial::Clock::time_point t) {
     arb.on_arrival(arrival_of(r, step, LatePolicy::drop), t, out);
   };
   arrive(0, 1, t0);
@@ -319,7 +319,7 @@ TEST(ArbiterTest, ClosesAtQuorumPlusGraceAndNotBefore) {
   EXPECT_TRUE(out.empty()) << "closed before the grace period";
   arb.on_tick(t0 + std::chrono::milliseconds(11), out);
   ASSERT_EQ(out.size(), 2u);
-  const auto& d = std::get<partial::Decision>(out[0].message);
+  const auto& d = std::get<coll::partial::Decision>(out[0].message);
   EXPECT_EQ(d.step, 1u);
   ASSERT_EQ(d.contributors.size(), 2u);
   EXPECT_TRUE(d.server == 0 || d.server == 1) << "the server must be an on-time contributor";
@@ -330,7 +330,7 @@ TEST(ArbiterTest, ClosesAtQuorumPlusGraceAndNotBefore) {
   arrive(1, 2, t0 + std::chrono::milliseconds(13));
   arrive(2, 2, t0 + std::chrono::milliseconds(13));
   ASSERT_EQ(out.size(), 4u) << "all four ranks accounted for: the step closes at once";
-  const auto& d2 = std::get<partial::Decision>(out[0].message);
+  const auto& d2 = std::get<coll::partial::Decision>(out[0].message);
   EXPECT_EQ(d2.contributors.size(), 3u);
   ASSERT_EQ(d2.catchups.size(), 1u);
   EXPECT_EQ(d2.catchups[0].rank, 3);
@@ -341,18 +341,18 @@ TEST(ArbiterTest, ClosesAtQuorumPlusGraceAndNotBefore) {
 // deferring it costs: two of the ranks' typical transfers (the missed result's
 // push, and the weighted ring of the step that carries the late contribution).
 TEST(ArbiterTest, DeferGraceIsTwoTransfers) {
-  partial::ArbiterConfig cfg;
+  coll::partial::ArbiterConfig cfg;
   cfg.ranks = 4;
   cfg.warmup_steps = 0;  // grace_s 0: derived from the Monitor
-  partial::Arbiter arb(cfg);
-  std::vector<partial::Arbiter::Out> out;
+  coll::partial::Arbiter arb(cfg);
+  std::vector<coll::partial::Arbiter::Out> out;
   const auto ms = [](double v) {
-    return std::chrono::duration_cast<partial::Clock::duration>(std::chrono::duration<double, std::milli>(v));
+    return std::chrono::duration_cast<coll::partial::Clock::duration>(std::chrono::duration<double, std::milli>(v));
   };
-  const auto t0 = partial::Clock::now();
+  const auto t0 = coll::partial::Clock::now();
   constexpr double kTransferMs = 4;
-  auto arrive = [&](int r, std::uint64_t step, partial::Clock::time_point t) {
-    partial::Arrival a = arrival_of(r, step, LatePolicy::defer);
+  auto arrive = [&](int r, std::uint64_t step, coll::partial::Clock::time_point t) {
+    coll::partial::Arrival a = arrival_of(r, step, LatePolicy::defer);
     a.staleness = 2;
     a.compute_s = 0.020;  // every rank alike: no arrival spread, so the transfers decide the grace
     a.transfer_s = kTransferMs / 1e3;
@@ -373,42 +373,42 @@ TEST(ArbiterTest, DeferGraceIsTwoTransfers) {
   EXPECT_TRUE(out.empty()) << "closed after 1.5 transfers: the grace is two";
   arb.on_tick(t + ms(2.2 * kTransferMs), out);
   ASSERT_EQ(out.size(), 3u) << "not closed after 2.2 transfers";
-  EXPECT_EQ(std::get<partial::Decision>(out[0].message).contributors.size(), 3u);
+  EXPECT_EQ(std::get<coll::partial::Decision>(out[0].message).contributors.size(), 3u);
 }
 
 TEST(ArbiterTest, WaitPolicyNeverClosesWithoutEveryRank) {
-  partial::ArbiterConfig cfg;
+  coll::partial::ArbiterConfig cfg;
   cfg.ranks = 3;
   cfg.grace_s = 0.001;
   cfg.warmup_steps = 0;
-  partial::Arbiter arb(cfg);
-  std::vector<partial::Arbiter::Out> out;
-  auto t0 = partial::Clock::now();
+  coll::partial::Arbiter arb(cfg);
+  std::vector<coll::partial::Arbiter::Out> out;
+  auto t0 = coll::partial::Clock::now();
   for (int r = 0; r < 2; ++r) arb.on_arrival(arrival_of(r, 1, LatePolicy::wait), t0, out);
   arb.on_tick(t0 + std::chrono::seconds(10), out);
   EXPECT_TRUE(out.empty());
 }
 
 TEST(PartialProtocol, RejectsGarbage) {
-  partial::Decision d;
+  coll::partial::Decision d;
   d.step = 3;
   d.server = 1;
   d.contributors = {{0, 1.0, 3}, {1, 2.0, 3}};
   d.catchups = {{2, 2}};
   d.classes = {StragglerClass::healthy, StragglerClass::leader, StragglerClass::deterministic};
-  auto bytes = partial::encode(d);
-  auto back = std::get<partial::Decision>(partial::decode_from_arbiter(bytes, 3));
+  auto bytes = coll::partial::encode(d);
+  auto back = std::get<coll::partial::Decision>(coll::partial::decode_from_arbiter(bytes, 3));
   EXPECT_EQ(back.contributors.size(), 2u);
   EXPECT_EQ(back.catchups[0].from_step, 2u);
-  EXPECT_THROW(partial::decode_from_arbiter(bytes, 2), BootstrapError);  // rank 2 out of range
+  EXPECT_THROW(coll::partial::decode_from_arbiter(bytes, 2), BootstrapError);  // rank 2 out of range
   bytes.pop_back();
-  EXPECT_THROW(partial::decode_from_arbiter(bytes, 3), BootstrapError);
+  EXPECT_THROW(coll::partial::decode_from_arbiter(bytes, 3), BootstrapError);
   std::mt19937 rng(7);
   for (int i = 0; i < 5000; ++i) {
     std::vector<std::byte> junk(rng() % 64);
     for (auto& b : junk) b = static_cast<std::byte>(rng());
-    try { partial::decode_from_arbiter(junk, 4); } catch (const BootstrapError&) {}
-    try { partial::decode_to_arbiter(junk, 4); } catch (const BootstrapError&) {}
+    try { coll::partial::decode_from_arbiter(junk, 4); } catch (const BootstrapError&) {}
+    try { coll::partial::decode_to_arbiter(junk, 4); } catch (const BootstrapError&) {}
   }
 }
 

@@ -5,13 +5,14 @@
 // tables, bad arguments, the C API, and partial push (issue 4): wait equals the
 // plain round bit for bit, weighted averages, and every contribution included
 // exactly once or reported dropped with a slow rank behind a fault transport.
+#include "collectives/api/make_communicator.hpp"
 #include "comm_fixture.hpp"
 
 #include <antdt/pushpull.h>
 #include <antdt/pushpull.hpp>
 
-#include "collectives/pushpull.hpp"
-#include "core/c_api.hpp"
+#include "collectives/pushpull/pushpull.hpp"
+#include "collectives/api/c_api.hpp"
 #include "core/dtype.hpp"
 #include "transport/fault/fault_transport.hpp"
 
@@ -26,7 +27,7 @@
 namespace antdt::test {
 namespace {
 
-using coll::ps::Layout;
+using coll::pushpull::Layout;
 
 Config partial_test_config() {
   Config cfg = test_config();
@@ -40,12 +41,12 @@ Config partial_test_config() {
 // Layout
 // ---------------------------------------------------------------------------
 TEST(PushPullLayout, SplitCoversTheTensorInEqualElementAlignedParts) {
-  EXPECT_TRUE(coll::ps::split(0, 4, 4096).empty());
-  auto one = coll::ps::split(1, 8, 4096);
+  EXPECT_TRUE(coll::pushpull::split(0, 4, 4096).empty());
+  auto one = coll::pushpull::split(1, 8, 4096);
   ASSERT_EQ(one.size(), 1u);
   EXPECT_EQ(one[0], std::make_pair(std::size_t{0}, std::size_t{1}));
   for (std::size_t count : {1023u, 1024u, 1025u, 3001u, 10000u}) {
-    auto parts = coll::ps::split(count, 4, 4096);
+    auto parts = coll::pushpull::split(count, 4, 4096);
     const std::size_t expected_parts = (count * 4 + 4095) / 4096;
     ASSERT_EQ(parts.size(), expected_parts) << count;
     std::size_t next = 0, smallest = count, largest = 0;

@@ -178,14 +178,14 @@ class FaultTransport final : public Transport {
 
 }  // namespace
 
-FaultPlan fault_plan_from(const sched::Injector& injector) {
+FaultPlan fault_plan_from(const Injector& injector) {
   FaultPlan plan;
   plan.send_delay = injector.transport_delay();
   plan.send_bytes_per_second = injector.transport_bytes_per_second();
   return plan;
 }
 
-bool has_transport_faults(const sched::Injector& injector) noexcept {
+bool has_transport_faults(const Injector& injector) noexcept {
   return fault_plan_from(injector).injects_anything();
 }
 
@@ -199,7 +199,7 @@ std::unique_ptr<Transport> make_fault_transport(std::unique_ptr<Transport> inner
   return std::make_unique<FaultTransport>(std::move(inner), plan);
 }
 
-std::unique_ptr<Transport> make_fault_transport(std::unique_ptr<Transport> inner, const sched::Injector& injector) {
+std::unique_ptr<Transport> make_fault_transport(std::unique_ptr<Transport> inner, const Injector& injector) {
   return make_fault_transport(std::move(inner), fault_plan_from(injector));
 }
 

@@ -1,6 +1,6 @@
 // The fault-injecting transport: a decorator over any Transport that delays
 // this rank's sends and caps its send bandwidth, on a plan taken from
-// ANTDT_INJECT (sched::Injector) or given by test code. This is how tests, the
+// ANTDT_INJECT (Injector) or given by test code. This is how tests, the
 // perf tools and the demo make slow links on demand (kernel netem is not
 // available on these machines).
 //
@@ -26,7 +26,7 @@
 // straight to the inner transport.
 #pragma once
 
-#include "scheduler/inject.hpp"
+#include "core/inject.hpp"
 #include "transport/transport.hpp"
 
 #include <chrono>
@@ -43,16 +43,16 @@ struct FaultPlan {
 };
 
 // The transport effects ANTDT_INJECT gives the injector's rank (delay_us, bw_mbps).
-FaultPlan fault_plan_from(const sched::Injector& injector);
+FaultPlan fault_plan_from(const Injector& injector);
 
 // Whether ANTDT_INJECT asks for transport effects on the injector's rank, that
 // is, whether communicator creation should wrap its transport.
-bool has_transport_faults(const sched::Injector& injector) noexcept;
+bool has_transport_faults(const Injector& injector) noexcept;
 
 // Wraps `inner` (any transport; null is an InvalidArgument). With a plan that
 // injects nothing every call is forwarded unchanged.
 std::unique_ptr<Transport> make_fault_transport(std::unique_ptr<Transport> inner, const FaultPlan& plan);
 // The same with the plan ANTDT_INJECT gives this rank (fault_plan_from).
-std::unique_ptr<Transport> make_fault_transport(std::unique_ptr<Transport> inner, const sched::Injector& injector);
+std::unique_ptr<Transport> make_fault_transport(std::unique_ptr<Transport> inner, const Injector& injector);
 
 }  // namespace antdt::transport

@@ -1,0 +1,18 @@
+// A public Communicator around a transport the caller made: how the public
+// API's factories (Communicator::create, from_env), the tests and the tools
+// build one. Defined in collectives/api/communicator.cpp.
+#pragma once
+
+#include <antdt/comm.hpp>
+
+#include "collectives/communicator.hpp"
+
+#include <cstdint>
+#include <memory>
+
+namespace antdt::detail {
+
+Communicator make_communicator(std::unique_ptr<transport::Transport> transport, std::uint32_t comm_id,
+                               const Config& cfg, control::Endpoints control = {});
+
+}  // namespace antdt::detail

@@ -1,0 +1,57 @@
+#include "collectives/communicator.hpp"
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/shm_channel.hpp"
+
+namespace antdt::detail {
+
+CommImpl::CommImpl(std::unique_ptr<transport::Transport> transport, std::uint32_t comm_id, const Config& cfg,
+                   control::Endpoints control)
+    : transport_(std::move(transport)), id_(comm_id), cfg_(cfg), control_(std::move(control)) {
+  ANTDT_ASSERT(transport_ != nullptr);
+  rank_ = transport_->rank();
+  size_ = transport_->size();
+}
+
+CommImpl::~CommImpl() = default;
+
+void CommImpl::set_shm(ShmArea area, std::unique_ptr<ShmChannel> channel) noexcept {
+  shm_[index(area)] = std::move(channel);
+  shm_tried_[index(area)] = true;
+}
+
+OpSlot& CommImpl::slot(std::size_t index) {
+  // A new slot starts idle (not pending): it has never been posted.
+  while (slots_.size() <= index) slots_.emplace_back().completion.state.store(transport::State::done);
+  return slots_[index];
+}
+
+std::span<std::byte> CommImpl::scratch(std::size_t bytes) {
+  if (scratch_.size() < bytes) scratch_.resize(bytes);
+  return std::span(scratch_).first(bytes);
+}
+
+void CommImpl::check_usable() const {
+  if (!failed_.load(std::memory_order_acquire)) return;  // every call asks: no lock in the common case
+  std::lock_guard lock(failure_mu_);
+  if (failure_)
+    throw_status(failure_->first, cat("communicator is unusable after an earlier failure: ", failure_->second));
+}
+
+void CommImpl::mark_failed(Status status, const std::string& reason) {
+  std::lock_guard lock(failure_mu_);
+  if (!failure_) failure_.emplace(status, reason);
+  failed_.store(true, std::memory_order_release);
+}
+
+void CommImpl::abort(std::string_view reason) noexcept {
+  try {
+    mark_failed(Status::aborted, cat("rank ", rank_, " aborted: ", reason));
+  } catch (...) {
+    // Out of memory while recording the reason: the transport abort below still stops everyone.
+  }
+  transport_->abort(static_cast<int>(Status::aborted), reason);
+}
+
+}  // namespace antdt::detail

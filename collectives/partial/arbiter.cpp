@@ -1,0 +1,353 @@
+#include "collectives/partial/arbiter.hpp"
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace antdt::coll::partial {
+namespace {
+
+// Before the Monitor has measured anything, and as a floor afterwards.
+constexpr double kMinGraceSeconds = 0.001;
+// The grace is at least this fraction of the expected step (0.25 and 0.1
+// measured alike for a 3x-slow rank; 0.1 wastes less on transient spikes): a healthy rank
+// that is a little late (it served a catch-up, its OS scheduled it late) is
+// waited for; only ranks late by a good part of a step are skipped.
+constexpr double kMinGraceStepFraction = 0.1;
+// With defer a late contribution is not lost: it joins the next step, and the
+// late rank fetches the result it missed. Waiting for it is then worth what
+// deferring it costs: the push of the missed result (one transfer), and a next
+// step that carries the deferred contribution, whose contributors then have
+// unequal weights and take the weighted ring (about one transfer more). So the
+// grace is kDeferGraceTransfers of the ranks' typical transfer time, or their
+// measured arrival jitter, with a floor for wake-ups. (Measured with 10% 5x
+// spikes on 4 ranks: 4 KiB gradients 1.40x BSP with a 2 ms grace, 1.51x with
+// 0.3 ms; 1 MiB gradients 1.33-1.40x with one transfer (0.6-1.0 ms), 1.45-1.49x
+// with 1.5 ms, 1.42x with 3 ms, 1.30x with 0.3 ms; docs/benchmarks.md.)
+constexpr double kMinDeferGraceSeconds = 0.0002;
+constexpr double kDeferGraceTransfers = 2.0;
+
+}  // namespace
+
+ArbiterConfig ArbiterConfig::from(const Config& cfg, int ranks) {
+  ArbiterConfig a;
+  a.ranks = ranks;
+  a.result_cache = cfg.result_cache;
+  a.quorum = cfg.partial_quorum;
+  a.grace_s = cfg.partial_grace_ms / 1000.0;
+  a.warmup_steps = cfg.partial_warmup;
+  a.monitor = telemetry::MonitorConfig::from(cfg);
+  return a;
+}
+
+Arbiter::Arbiter(const ArbiterConfig& cfg)
+    : cfg_(cfg), monitor_(cfg.ranks, cfg.monitor), ranks_(static_cast<std::size_t>(cfg.ranks)) {
+  ANTDT_CHECK_ARG(cfg.ranks >= 1, "arbiter needs at least one rank");
+  ANTDT_CHECK_ARG(cfg.result_cache >= 2, "result cache must hold at least 2 results");
+}
+
+double Arbiter::grace_seconds() const {
+  if (cfg_.grace_s > 0) return cfg_.grace_s;
+  if (policy_ == LatePolicy::defer)
+    return std::max(
+        {kMinDeferGraceSeconds, monitor_.measured_jitter(), kDeferGraceTransfers * monitor_.expected_transfer()});
+  return std::max({kMinGraceSeconds, monitor_.grace(), kMinGraceStepFraction * monitor_.expected_step()});
+}
+
+void Arbiter::fail_all(Status status, const std::string& reason, std::vector<Out>& out) {
+  failed_ = reason;
+  failed_status_ = status;
+  for (int r = 0; r < cfg_.ranks; ++r)
+    if (!ranks_[static_cast<std::size_t>(r)].lost) out.push_back({r, Failure{status, reason}});
+}
+
+void Arbiter::on_arrival(const Arrival& a, Clock::time_point now, std::vector<Out>& out) {
+  auto& s = ranks_[static_cast<std::size_t>(a.rank)];
+  if (failed_) {
+    out.push_back({a.rank, Failure{failed_status_, *failed_}});
+    return;
+  }
+  if (!signature_) {
+    signature_ = a.signature;
+    policy_ = a.policy;
+  } else if (*signature_ != a.signature) {
+    fail_all(Status::mismatch,
+             cat("rank ", a.rank, " called partial_allreduce for step ", a.step,
+                 " with a different count, dtype, op, policy or staleness than the other ranks"),
+             out);
+    return;
+  }
+  if (s.role != Role::absent || s.finished) {
+    fail_all(Status::internal, cat("rank ", a.rank, " arrived twice for step ", open_step_), out);
+    return;
+  }
+  if (a.step > open_step_) {
+    fail_all(Status::internal, cat("rank ", a.rank, " is at step ", a.step, " beyond the open step ", open_step_), out);
+    return;
+  }
+  const std::uint64_t lateness = open_step_ - a.step;
+  if (lateness + 1 > cfg_.result_cache) {
+    // The results it missed are no longer kept anywhere: it must resynchronise.
+    out.push_back({a.rank, Failure{Status::resync,
+                                   cat("rank ", a.rank, " is ", lateness, " steps behind (at step ", a.step,
+                                       ", open step ", open_step_, "); only ", cfg_.result_cache,
+                                       " results are kept (ANTDT_RESULT_CACHE): reload the model and rejoin")}});
+    return;
+  }
+  s.based_on = a.step;
+  s.weight = a.weight;
+  if (lateness == 0)
+    s.role = a.weight > 0 ? Role::on_time : Role::catch_up;
+  else if (a.weight > 0 && a.policy == LatePolicy::defer && lateness <= a.staleness)
+    s.role = Role::deferred;
+  else
+    s.role = Role::catch_up;
+  finish_stragglers_if_run_over();
+  if (a.compute_s > 0) {
+    telemetry::StepRecord rec;
+    rec.rank = a.rank;
+    rec.step = a.step;
+    rec.compute_s = a.compute_s;
+    rec.transfer_s = a.transfer_s;
+    rec.step_s = a.compute_s + a.transfer_s;
+    rec.samples = a.samples;
+    monitor_.record(rec);
+  }
+  maybe_close(now, out);
+  maybe_finish(out);
+}
+
+void Arbiter::finish_stragglers_if_run_over() {
+  bool someone_finished = false;
+  for (const auto& s : ranks_) {
+    if (s.lost) continue;
+    if (s.role == Role::on_time) return;           // a step can still close
+    if (!s.finished && s.role == Role::absent) return;  // a rank may still arrive on time
+    someone_finished |= s.finished;
+  }
+  if (!someone_finished) return;
+  for (auto& s : ranks_) {
+    if (s.lost || s.role == Role::absent) continue;
+    s.role = Role::absent;
+    s.finished = true;
+    s.applied_at_finish = s.based_on - 1;
+  }
+}
+
+void Arbiter::maybe_close(Clock::time_point now, std::vector<Out>& out) {
+  int arrived_on_time = 0, active = 0;
+  bool all_done = true, missing_all_slow = true, any_arrived = false, any_finished = false, any_empty_at_open = false;
+  for (int r = 0; r < cfg_.ranks; ++r) {
+    const auto& s = ranks_[static_cast<std::size_t>(r)];
+    if (s.role == Role::on_time) ++arrived_on_time;
+    any_finished |= s.finished;
+    any_empty_at_open |= s.role == Role::catch_up && s.based_on == open_step_;
+    any_arrived |= s.role != Role::absent;
+    if (!s.lost && !s.finished) ++active;
+    if (!done(s)) {
+      all_done = false;
+      const auto cls = monitor_.classify(r);
+      if (cls != StragglerClass::deterministic && cls != StragglerClass::persistent) missing_all_slow = false;
+    }
+  }
+  if (!any_arrived) return;
+  if (all_done) {
+    // Every rank here called with weight 0 and some are at the open step (no
+    // data this step, e.g. the end of an epoch): the step closes empty.
+    if (arrived_on_time > 0 || (!any_finished && any_empty_at_open)) close_step(out);
+    // Only late ranks are left and everybody else finished: the finish
+    // exchange serves them (maybe_finish), nothing to close here.
+    return;
+  }
+  const bool bsp = policy_ == LatePolicy::wait ||
+                   static_cast<int>(open_step_) <= cfg_.warmup_steps;
+  if (bsp) return;
+  const int quorum = std::max(1, static_cast<int>(std::ceil(cfg_.quorum * active - 1e-9)));
+  if (arrived_on_time < quorum) return;
+  if (!quorum_at_) quorum_at_ = now;
+  if (missing_all_slow || now >= *quorum_at_ + std::chrono::duration_cast<Clock::duration>(
+                                                    std::chrono::duration<double>(grace_seconds())))
+    close_step(out);
+}
+
+void Arbiter::close_step(std::vector<Out>& out) {
+  Decision d;
+  d.step = open_step_;
+  int on_time = 0;
+  for (int r = 0; r < cfg_.ranks; ++r) on_time += ranks_[static_cast<std::size_t>(r)].role == Role::on_time ? 1 : 0;
+  // An empty step (nobody contributes): its result is zeros, which the ranks
+  // at the open step know without a message; one of them serves the ranks
+  // that are behind.
+  const bool empty = on_time == 0;
+  auto may_serve = [&](const RankState& s) {
+    return empty ? s.role == Role::catch_up && s.based_on == open_step_ : s.role == Role::on_time;
+  };
+  int servers = 0;
+  for (int r = 0; r < cfg_.ranks; ++r) {
+    const auto& s = ranks_[static_cast<std::size_t>(r)];
+    if (s.role == Role::on_time || s.role == Role::deferred) d.contributors.push_back({r, s.weight, s.based_on});
+    if ((s.role == Role::deferred || s.role == Role::catch_up) && !(empty && may_serve(s)))
+      d.catchups.push_back({r, s.based_on});
+    servers += may_serve(s) ? 1 : 0;
+  }
+  ANTDT_ASSERT(servers > 0);
+  // Serving late ranks costs the server time: rotate it over the on-time ranks.
+  int pick = static_cast<int>(open_step_ % static_cast<std::uint64_t>(servers));
+  for (int r = 0; r < cfg_.ranks && d.server < 0; ++r)
+    if (may_serve(ranks_[static_cast<std::size_t>(r)]) && pick-- == 0) d.server = r;
+  monitor_.evaluate();
+  d.classes.reserve(ranks_.size());
+  for (int r = 0; r < cfg_.ranks; ++r) d.classes.push_back(monitor_.classify(r));
+  for (int r = 0; r < cfg_.ranks; ++r) {
+    auto& s = ranks_[static_cast<std::size_t>(r)];
+    if (s.role != Role::absent) out.push_back({r, d});
+    s.role = Role::absent;
+  }
+  ++open_step_;
+  quorum_at_.reset();
+}
+
+void Arbiter::on_finish(const Finish& f, Clock::time_point now, std::vector<Out>& out) {
+  auto& s = ranks_[static_cast<std::size_t>(f.rank)];
+  if (failed_) {
+    out.push_back({f.rank, Failure{failed_status_, *failed_}});
+    return;
+  }
+  if (s.role != Role::absent || s.finished) {
+    fail_all(Status::internal, cat("rank ", f.rank, " finished while it had a step pending"), out);
+    return;
+  }
+  s.finished = true;
+  s.applied_at_finish = f.applied;
+  maybe_close(now, out);  // the open step no longer waits for this rank
+  finish_stragglers_if_run_over();
+  maybe_finish(out);
+}
+
+void Arbiter::maybe_finish(std::vector<Out>& out) {
+  for (const auto& s : ranks_)
+    if (!s.finished && !s.lost) return;
+  // Every rank finished: late ranks get the results they miss from a rank
+  // that has them all, so that every rank can apply R_1..R_last.
+  const std::uint64_t last = open_step_ - 1;
+  Decision d;
+  d.step = last;
+  d.final = true;
+  for (int r = 0; r < cfg_.ranks; ++r) {
+    const auto& s = ranks_[static_cast<std::size_t>(r)];
+    if (s.lost) continue;
+    if (s.applied_at_finish == last && d.server < 0) d.server = r;
+    if (s.applied_at_finish < last) {
+      if (last - s.applied_at_finish + 1 > cfg_.result_cache) {
+        out.push_back({r, Failure{Status::resync, cat("rank ", r, " finished ", last - s.applied_at_finish,
+                                                       " results behind; only ", cfg_.result_cache, " are kept")}});
+        continue;
+      }
+      d.catchups.push_back({r, s.applied_at_finish + 1});
+    }
+  }
+  d.classes.reserve(ranks_.size());
+  for (int r = 0; r < cfg_.ranks; ++r) d.classes.push_back(monitor_.classify(r));
+  for (int r = 0; r < cfg_.ranks; ++r) {
+    auto& s = ranks_[static_cast<std::size_t>(r)];
+    if (s.finished) out.push_back({r, d});
+    s.finished = false;
+  }
+  // The next run of steps may use another count, dtype, op or policy.
+  signature_.reset();
+}
+
+void Arbiter::on_rank_lost(int rank, Clock::time_point now, std::vector<Out>& out) {
+  auto& s = ranks_[static_cast<std::size_t>(rank)];
+  if (s.lost) return;
+  const bool was_waited_for = !s.finished;
+  s.lost = true;
+  s.role = Role::absent;
+  bool anyone_waiting = false;
+  for (const auto& o : ranks_) anyone_waiting |= !o.lost && (o.role != Role::absent || o.finished);
+  if (!anyone_waiting) return;  // a normal shutdown, or nobody depends on it yet
+  if (policy_ == LatePolicy::wait && was_waited_for) {
+    fail_all(Status::transport, cat("rank ", rank, " left the job (its control link closed) while others waited for it"),
+             out);
+    return;
+  }
+  ANTDT_WARN("partial collectives: rank ", rank, " left; continuing without it");
+  maybe_close(now, out);
+  maybe_finish(out);
+}
+
+void Arbiter::on_tick(Clock::time_point now, std::vector<Out>& out) { maybe_close(now, out); }
+
+std::optional<Clock::time_point> Arbiter::next_deadline() const {
+  if (!quorum_at_) return std::nullopt;
+  return *quorum_at_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace_seconds()));
+}
+
+// ---------------------------------------------------------------------------
+// Service
+// ---------------------------------------------------------------------------
+ArbiterService::ArbiterService(std::vector<net::Fd> links, const ArbiterConfig& cfg,
+                               std::chrono::milliseconds send_timeout)
+    : hub_(std::move(links)), arbiter_(cfg), send_timeout_(send_timeout) {
+  thread_ = std::thread([this] { run(); });
+}
+
+bool ArbiterService::any_straggler() const {
+  for (int r = 0; r < arbiter_.monitor().nranks(); ++r)
+    if (arbiter_.monitor().classify(r) != StragglerClass::healthy) return true;
+  return false;
+}
+
+ArbiterService::~ArbiterService() {
+  stop_.store(true);
+  hub_.wake();
+  thread_.join();
+}
+
+void ArbiterService::run() {
+  log::set_thread_rank(0);
+  std::vector<Arbiter::Out> out;
+  try {
+    while (!stop_.load()) {
+      const auto deadline = arbiter_.next_deadline().value_or(Clock::now() + std::chrono::seconds(1));
+      auto msg = hub_.receive_any(deadline);
+      const auto now = Clock::now();
+      out.clear();
+      if (!msg) {
+        arbiter_.on_tick(now, out);
+      } else if (msg->closed) {
+        arbiter_.on_rank_lost(msg->rank, now, out);
+      } else {
+        try {
+          auto m = decode_to_arbiter(msg->payload, hub_.size());
+          if (auto* a = std::get_if<Arrival>(&m)) {
+            if (a->rank != msg->rank) raise<BootstrapError>("rank ", msg->rank, " sent an arrival as rank ", a->rank);
+            arbiter_.on_arrival(*a, now, out);
+          } else {
+            const auto& f = std::get<Finish>(m);
+            if (f.rank != msg->rank) raise<BootstrapError>("rank ", msg->rank, " sent a finish as rank ", f.rank);
+            arbiter_.on_finish(f, now, out);
+          }
+        } catch (const BootstrapError& e) {
+          ANTDT_WARN("partial-collective arbiter: garbage from rank ", msg->rank, ": ", e.what());
+          out.push_back({msg->rank, Failure{Status::internal, e.what()}});
+        }
+      }
+      for (const auto& o : out) {
+        try {
+          auto bytes = std::visit([](const auto& m) { return encode(m); }, o.message);
+          hub_.send(o.rank, bytes, Clock::now() + send_timeout_);
+        } catch (const Error& e) {
+          ANTDT_WARN("partial-collective arbiter: cannot reach rank ", o.rank, ": ", e.what());
+        }
+      }
+    }
+  } catch (const std::exception& e) {
+    ANTDT_WARN("partial-collective arbiter stopped: ", e.what());
+  }
+  log::set_thread_rank(-1);
+}
+
+}  // namespace antdt::coll::partial

@@ -1,0 +1,106 @@
+// The arbiter of partial collectives: decides, step by step, which ranks'
+// contributions make up the step's result (docs/partial.md).
+//
+// Arbiter is the decision logic alone (no I/O, driven by events and a clock),
+// so it is unit-tested deterministically. ArbiterService runs it on a thread
+// of rank 0 (or of a standalone coordinator) over the control plane.
+#pragma once
+
+#include "core/control.hpp"
+#include "collectives/telemetry/monitor.hpp"
+#include "collectives/partial/partial_protocol.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <optional>
+#include <thread>
+#include <vector>
+
+namespace antdt::coll::partial {
+
+using Clock = std::chrono::steady_clock;
+
+struct ArbiterConfig {
+  int ranks = 1;
+  std::size_t result_cache = 4;        // K: a rank may be at most K-1 steps late
+  double quorum = 0.5;                 // fraction of active ranks on time before closing without the rest
+  double grace_s = 0;                  // 0: from the Monitor
+  int warmup_steps = 5;                // steps closed as BSP while the Monitor learns
+  telemetry::MonitorConfig monitor;
+
+  static ArbiterConfig from(const Config& cfg, int ranks);
+};
+
+class Arbiter {
+ public:
+  explicit Arbiter(const ArbiterConfig& cfg);
+
+  struct Out {
+    int rank;
+    FromArbiter message;
+  };
+  void on_arrival(const Arrival& a, Clock::time_point now, std::vector<Out>& out);
+  void on_finish(const Finish& f, Clock::time_point now, std::vector<Out>& out);
+  void on_rank_lost(int rank, Clock::time_point now, std::vector<Out>& out);
+  void on_tick(Clock::time_point now, std::vector<Out>& out);
+  // When on_tick should run next (a grace period ends), if anything is pending.
+  std::optional<Clock::time_point> next_deadline() const;
+
+  std::uint64_t open_step() const noexcept { return open_step_; }
+  const telemetry::Monitor& monitor() const noexcept { return monitor_; }
+  double grace_seconds() const;
+
+ private:
+  enum class Role : std::uint8_t { absent, on_time, deferred, catch_up };
+  struct RankState {
+    Role role = Role::absent;
+    double weight = 0;
+    std::uint64_t based_on = 0;
+    bool finished = false;
+    std::uint64_t applied_at_finish = 0;
+    bool lost = false;
+  };
+
+  void maybe_close(Clock::time_point now, std::vector<Out>& out);
+  void close_step(std::vector<Out>& out);
+  void maybe_finish(std::vector<Out>& out);
+  // When every other rank finished, late arrivals can never join a step:
+  // they become finishes (their contribution dropped) and get the catch-up.
+  void finish_stragglers_if_run_over();
+  void fail_all(Status status, const std::string& reason, std::vector<Out>& out);
+  bool done(const RankState& s) const noexcept { return s.role != Role::absent || s.finished || s.lost; }
+
+  ArbiterConfig cfg_;
+  telemetry::Monitor monitor_;
+  std::vector<RankState> ranks_;
+  std::uint64_t open_step_ = 1;
+  std::optional<std::uint64_t> signature_;  // of the current run of steps (reset by a finish)
+  LatePolicy policy_ = LatePolicy::wait;
+  std::optional<Clock::time_point> quorum_at_;
+  std::optional<std::string> failed_;  // after a fatal failure every arrival gets it
+  Status failed_status_ = Status::internal;
+};
+
+// Runs an Arbiter on its own thread, serving one link per rank.
+class ArbiterService {
+ public:
+  ArbiterService(std::vector<net::Fd> links, const ArbiterConfig& cfg, std::chrono::milliseconds send_timeout);
+  ~ArbiterService();
+  ArbiterService(const ArbiterService&) = delete;
+  ArbiterService& operator=(const ArbiterService&) = delete;
+
+  // The Monitor's summary table (thread-safe: the Monitor locks).
+  std::string summary() const { return arbiter_.monitor().summary_table(); }
+  bool any_straggler() const;
+
+ private:
+  void run();
+
+  control::Hub hub_;
+  Arbiter arbiter_;
+  std::chrono::milliseconds send_timeout_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace antdt::coll::partial

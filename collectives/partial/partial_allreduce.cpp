@@ -1,0 +1,408 @@
+// Partial AllReduce: each step's result is reduced among the ranks the arbiter
+// lets in (docs/partial.md). This file is a rank's side:
+//
+//   1. tell the arbiter "my contribution for step s is ready" (control plane);
+//   2. receive its decision for the step that is open: who contributes (the
+//      ring, in rank order), who is late and must be sent the results it
+//      missed, and which on-time rank (the server) sends them;
+//   3. move the data (data plane, one coll::Call whose sequence number is the
+//      step): late ranks post their receives first, contributors run the ring,
+//      then the server pushes cached results to the late ranks;
+//   4. return the next result in this rank's order, R_{applied+1}.
+//
+// Every rank keeps the last K results it applied (ANTDT_RESULT_CACHE), which
+// is what lets a late rank catch up without computing the steps it missed, and
+// lets weight-0 calls fetch those results without any message.
+#include "collectives/algorithms.hpp"
+#include "collectives/shm_common.hpp"
+#include "collectives/collectives.hpp"
+#include "collectives/device/device_collectives.hpp"
+#include "collectives/partial/partial_step.hpp"
+#include "collectives/step_timing.hpp"
+#include "collectives/suite.hpp"
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "collectives/partial/arbiter.hpp"
+#include "collectives/partial/partial_protocol.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+namespace antdt::coll {
+namespace {
+
+using partial::Clock;
+
+// The last K results, by step.
+class ResultCache {
+ public:
+  void reset(std::size_t slots, std::size_t bytes) {
+    if (slots == data_.size() && bytes == bytes_) return;
+    bytes_ = bytes;
+    data_.assign(slots, std::vector<std::byte>(bytes));
+    step_.assign(slots, 0);
+  }
+  std::size_t bytes() const noexcept { return bytes_; }
+  bool has(std::uint64_t step) const noexcept { return step > 0 && !data_.empty() && step_[index(step)] == step; }
+  std::span<std::byte> get(std::uint64_t step) {
+    ANTDT_ASSERT(has(step));
+    return data_[index(step)];
+  }
+  // The slot that will hold `step` (evicting step - K).
+  std::span<std::byte> claim(std::uint64_t step) {
+    step_[index(step)] = step;
+    return data_[index(step)];
+  }
+
+ private:
+  std::size_t index(std::uint64_t step) const noexcept { return static_cast<std::size_t>(step % data_.size()); }
+  std::size_t bytes_ = 0;
+  std::vector<std::vector<std::byte>> data_;
+  std::vector<std::uint64_t> step_;
+};
+
+// What a result's caller is told besides the data. It travels with every
+// catch-up push, so a late rank reports the right figures for the steps it
+// fetched (it saw none of their decisions).
+struct StepInfo {
+  std::int32_t participants = 0;
+  double total_weight = 0;
+};
+static_assert(std::is_trivially_copyable_v<StepInfo>);
+
+class PartialState final : public detail::CollectiveState {
+ public:
+  PartialState(detail::CommImpl& comm) {
+    auto& ctl = comm.control();
+    if (!ctl)
+      raise<UnsupportedError>("partial collectives need the control plane to the arbiter, which this communicator "
+                              "was created without");
+    link = control::Link(std::move(ctl.client));
+    if (comm.rank() == 0)
+      arbiter = std::make_unique<partial::ArbiterService>(
+          std::move(ctl.server), partial::ArbiterConfig::from(comm.config(), comm.size()), comm.config().timeout);
+    classes.assign(static_cast<std::size_t>(comm.size()), StragglerClass::healthy);
+  }
+  ~PartialState() override {
+    // The summary table at destruction, from where the Monitor ran.
+    if (!arbiter) return;
+    if (arbiter->any_straggler())
+      ANTDT_WARN(arbiter->summary());
+    else
+      ANTDT_INFO(arbiter->summary());
+  }
+
+  control::Link link;
+  std::unique_ptr<partial::ArbiterService> arbiter;  // rank 0 only
+  ResultCache cache;
+  std::vector<StepInfo> info;  // per cache slot
+  std::uint64_t applied = 0;   // results returned to the caller
+  std::uint64_t latest = 0;    // newest result known to exist
+  std::optional<Clock::time_point> last_return;
+  double last_transfer_s = 0;  // data movement of the last call that moved data (the arbiter's grace for defer)
+  Signature last_signature;    // of the last step (the finish exchange moves data with it)
+  bool run_over = false;       // every other rank finished: only cached results remain
+  std::vector<StragglerClass> classes;
+  std::vector<std::byte> weighted;  // scratch: this rank's contribution times its weight
+  std::vector<int> members;         // scratch: the ring order of the current step
+};
+
+PartialState& state_of(detail::CommImpl& comm) {
+  auto& holder = comm.partial_state();
+  if (!holder) holder = std::make_unique<PartialState>(comm);
+  return static_cast<PartialState&>(*holder);
+}
+
+// Partial steps use their own sequence space, apart from ordinary collectives.
+constexpr std::uint64_t kStepSeqBit = std::uint64_t{1} << 62;
+constexpr std::uint64_t kFinishSeqBit = std::uint64_t{1} << 61;
+constexpr std::uint64_t kCatchupSeqBit = std::uint64_t{1} << 60;
+
+std::uint64_t signature_of(const Signature& sig, const PartialOptions& opts) {
+  std::uint64_t h = sig.hash();
+  h ^= (static_cast<std::uint64_t>(opts.policy) << 8) ^ (static_cast<std::uint64_t>(opts.staleness) << 16);
+  return h * 0x9e3779b97f4a7c15ULL;
+}
+
+// Runs the data movement of one decision at this rank. `own_result` is where
+// the ring writes this step's result when this rank contributes to it.
+void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision& d, const Signature& sig,
+               std::uint64_t seq, const std::byte* send, std::byte* own_result, std::size_t count, bool finishing,
+               const PartialReduce* reduce = nullptr) {
+  const int me = comm.rank();
+  const std::size_t bytes = count * dtype_size(sig.dtype);
+  // Two calls, two tags: the ring's messages and the catch-up pushes travel
+  // between the same ranks, and each side posts them in a different order, so
+  // they must not share one in-order matching stream.
+  Call ring(comm, sig, seq);
+  Signature push_sig = sig;
+  push_sig.kind = Kind::partial_catchup;
+  Call push(comm, push_sig, kCatchupSeqBit | seq);
+  auto contributor = std::find_if(d.contributors.begin(), d.contributors.end(), [&](auto& c) { return c.rank == me; });
+  const bool contributes = contributor != d.contributors.end();
+  auto contributes_rank = [&](int r) {
+    return std::any_of(d.contributors.begin(), d.contributors.end(), [&](auto& c) { return c.rank == r; });
+  };
+  // This step's result is pushed only to late ranks that did not compute it in the ring.
+  auto last_pushed = [&](const partial::CatchUp& c) { return finishing || contributes_rank(c.rank) ? d.step - 1 : d.step; };
+  auto info_of = [&](std::uint64_t step) -> StepInfo& { return st.info[step % st.info.size()]; };
+  if (!finishing && d.contributors.empty()) {
+    // An empty step (every rank called with weight 0): its result is zeros.
+    auto slot = st.cache.claim(d.step);
+    std::fill(slot.begin(), slot.end(), std::byte{0});
+  }
+  if (!finishing) {
+    StepInfo& info = info_of(d.step);
+    info.participants = static_cast<std::int32_t>(d.contributors.size());
+    info.total_weight = 0;
+    for (const auto& c : d.contributors) info.total_weight += c.weight;
+  }
+  // 1. Late ranks post their receives first: the server's sends then always find them.
+  std::size_t index = 0;
+  for (const auto& c : d.catchups) {
+    if (c.rank != me) continue;
+    const std::uint64_t last = finishing ? d.step : last_pushed(c);
+    for (std::uint64_t s = c.from_step; s <= last; ++s) {
+      push.recv(index++, d.server, st.cache.claim(s));
+      push.recv(index++, d.server, std::as_writable_bytes(std::span(&info_of(s), 1)));
+    }
+  }
+  // 2. The ring among contributors, in rank order.
+  if (contributes && !finishing) {
+    auto& members = st.members;  // reused: no allocation per step once warm
+    members.clear();
+    double total = 0;
+    bool equal_weights = true;
+    for (const auto& c : d.contributors) {
+      members.push_back(c.rank);
+      total += c.weight;
+      equal_weights &= c.weight == d.contributors.front().weight;
+    }
+    // Slot indexes are per communicator: start after the receives posted above.
+    ring.set_index_base(push.next_free_index());
+    if (reduce != nullptr) {
+      (*reduce)(ring, d.contributors, send, own_result);
+    } else if (sig.op != ReduceOp::avg || equal_weights) {
+      // With every rank and equal weights, the algorithm a plain allreduce
+      // would choose: the result is then bit-identical to it (invariant 5).
+      const bool everyone = static_cast<int>(members.size()) == comm.size();
+      // (Shared memory only with every rank: its rounds must be the same on all.)
+      if (everyone && use_shm_allreduce(comm, bytes) && shm_ready(ring, detail::ShmArea::mailbox))
+        allreduce_shm(ring, send, own_result, count, sig.dtype, sig.op);
+      else if (everyone && use_shm_bulk_allreduce(comm, bytes) && shm_ready(ring, detail::ShmArea::bulk))
+        allreduce_shm_bulk(ring, send, own_result, count, sig.dtype, sig.op);
+      else if (everyone && allreduce_algorithm(count, sig.dtype, comm.size(), comm.config().allreduce_algo) ==
+                               Algo::recursive_doubling)
+        allreduce_recursive_doubling(ring, send, own_result, count, sig.dtype, sig.op);
+      else
+        allreduce_ring(ring, send, own_result, count, sig.dtype, sig.op, members);
+    } else {
+      // avg over unequal weights: sum(w_i * g_i) / sum(w_i).
+      st.weighted.resize(bytes);
+      scale_into(sig.dtype, st.weighted, std::span(send, bytes), contributor->weight);
+      allreduce_ring(ring, st.weighted.data(), own_result, count, sig.dtype, ReduceOp::sum, members);
+      scale_into(sig.dtype, std::span(own_result, bytes), std::span(own_result, bytes), 1.0 / total);
+    }
+    ring.wait_all();
+  }
+  // 3. The server sends late ranks what they missed (and this step's result to those not in the ring).
+  if (d.server == me) {
+    if (contributes && !finishing && own_result != nullptr) {
+      auto slot = st.cache.claim(d.step);
+      if (slot.data() != own_result) std::memcpy(slot.data(), own_result, bytes);
+    }
+    push.set_index_base(std::max(push.next_free_index(), ring.next_free_index()));
+    std::size_t index_out = 0;
+    for (const auto& c : d.catchups) {
+      const std::uint64_t last = finishing ? d.step : last_pushed(c);
+      for (std::uint64_t s = c.from_step; s <= last; ++s) {
+        if (!st.cache.has(s))
+          raise<InternalError>("partial collectives: rank ", me, " serves step ", s, " but no longer holds it");
+        push.send(index_out++, c.rank, st.cache.get(s));
+        push.send(index_out++, c.rank, std::as_bytes(std::span(&info_of(s), 1)));
+      }
+    }
+  }
+  push.wait_all();
+}
+
+}  // namespace
+
+PartialResult partial_allreduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count,
+                                DataType dtype, ReduceOp op, const PartialOptions& opts) {
+  // Device buffers: staged whole through host memory around this same call.
+  if (device::is_device_call(send, recv)) return device::partial_allreduce(comm, send, recv, count, dtype, op, opts);
+  return partial_step(comm, send, recv, count, dtype, op, opts, PartialStepKind{});
+}
+
+PartialResult partial_step(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype,
+                           ReduceOp op, const PartialOptions& opts, const PartialStepKind& kind) {
+  drain_queue(comm);  // queued non-blocking collectives run first, and not alongside it
+  check_dtype(dtype);
+  check_op(op);
+  ANTDT_CHECK_ARG(std::isfinite(opts.weight) && opts.weight >= 0, "partial_allreduce: weight must be finite and >= 0, got ",
+                  opts.weight);
+  ANTDT_CHECK_ARG(static_cast<unsigned>(opts.policy) <= static_cast<unsigned>(LatePolicy::defer),
+                  "partial_allreduce: unknown late policy ", static_cast<unsigned>(opts.policy));
+  ANTDT_CHECK_ARG(count == 0 || recv != nullptr, "partial_allreduce: recv buffer is null with count ", count);
+  ANTDT_CHECK_ARG(count == 0 || opts.weight == 0 || send != nullptr, "partial_allreduce: send buffer is null with count ",
+                  count);
+  const std::size_t bytes = count * dtype_size(dtype);
+  ANTDT_CHECK_ARG(count == 0 || bytes / count == dtype_size(dtype), "partial_allreduce: count ", count,
+                  " overflows size_t");
+  comm.check_usable();
+  PartialState& st = state_of(comm);
+  Signature sig{Kind::partial, count, dtype, op, -1, Algo::ring};
+  sig.salt = kind.salt;
+  if (st.cache.bytes() != bytes) {
+    ANTDT_CHECK_ARG(st.applied == st.latest, "partial_allreduce: the count or dtype changed while ", st.latest - st.applied,
+                    " results are still to be fetched");
+    st.cache.reset(comm.config().result_cache, bytes);
+    st.info.assign(comm.config().result_cache, {});
+  }
+  st.last_signature = sig;
+  auto* out = static_cast<std::byte*>(recv);
+  const std::uint64_t next = st.applied + 1;
+  PartialResult result;
+  auto finish_call = [&](std::uint64_t step) {
+    if (out != nullptr && bytes > 0 && st.cache.has(step) && st.cache.get(step).data() != out)
+      std::memcpy(out, st.cache.get(step).data(), bytes);
+    const auto& info = st.info[step % st.info.size()];
+    result.step = step;
+    result.participants = info.participants;
+    result.total_weight = info.total_weight;
+    st.applied = step;
+    result.steps_behind = st.latest - st.applied;
+    st.last_return = Clock::now();
+    return result;
+  };
+
+  // Catching up: a result this rank missed is already here.
+  if ((opts.weight == 0 || st.run_over) && next <= st.latest && st.cache.has(next)) {
+    result.fate = opts.weight == 0 ? Fate::none : Fate::dropped;
+    return finish_call(next);
+  }
+  if (st.run_over)
+    raise<InvalidArgument>("partial_allreduce: the run is over (every other rank called partial_finish) and rank ",
+                           comm.rank(), " has applied every result; call partial_finish");
+
+  partial::Arrival arrival;
+  arrival.rank = comm.rank();
+  arrival.step = next;
+  arrival.weight = opts.weight;
+  // The trainer's own marks when it gives them; else the time since the last call returned.
+  const auto arrived_at = Clock::now();
+  if (auto marked = last_compute_seconds(comm))
+    arrival.compute_s = *marked;
+  else
+    arrival.compute_s = st.last_return ? std::chrono::duration<double>(arrived_at - *st.last_return).count() : 0;
+  arrival.transfer_s = st.last_transfer_s;
+  arrival.samples = opts.samples;
+  arrival.signature = signature_of(sig, opts);
+  arrival.policy = opts.policy;
+  arrival.staleness = opts.staleness;
+  const auto deadline = Clock::now() + comm.config().timeout;
+  try {
+    st.link.send(partial::encode(arrival), deadline);
+  } catch (const Error& e) {
+    raise<TransportError>("partial_allreduce: cannot reach the arbiter on rank 0: ", e.what());
+  }
+  auto reply = st.link.receive(deadline);
+  if (!reply)
+    raise<TimeoutError>("partial_allreduce: rank ", comm.rank(), " waited ", comm.config().timeout.count(),
+                        " ms (ANTDT_TIMEOUT_MS) for the decision on step ", next,
+                        "; are enough ranks calling partial_allreduce?");
+  auto message = partial::decode_from_arbiter(*reply, comm.size());
+  if (auto* failure = std::get_if<partial::Failure>(&message)) {
+    if (failure->status != Status::resync) comm.mark_failed(failure->status, failure->reason);
+    throw_status(failure->status, failure->reason);
+  }
+  const auto& d = std::get<partial::Decision>(message);
+  st.classes = d.classes;
+  const auto decided_at = Clock::now();
+  if (d.final) {
+    // The others finished while this rank was late: its contribution joins no
+    // step; it receives the results it missed and the run ends here.
+    st.run_over = true;
+    if (!d.catchups.empty())
+      move_data(comm, st, d, sig, kFinishSeqBit | d.step, nullptr, nullptr, count, true);
+    st.latest = std::max(st.latest, d.step);
+    result.fate = opts.weight == 0 ? Fate::none : Fate::dropped;
+    if (next <= st.latest) return finish_call(next);
+    result.steps_behind = 0;
+    return result;  // step 0: no result left for this call
+  }
+  ANTDT_ASSERT(d.step >= next);
+
+  auto me = std::find_if(d.contributors.begin(), d.contributors.end(), [&](auto& c) { return c.rank == comm.rank(); });
+  const bool contributes = me != d.contributors.end();
+  // On time: the ring writes straight into the caller's buffer; late: into the cache.
+  std::byte* own_result = nullptr;
+  if (contributes) own_result = next == d.step && out != nullptr ? out : st.cache.claim(d.step).data();
+  move_data(comm, st, d, sig, kStepSeqBit | d.step, static_cast<const std::byte*>(send), own_result, count, false,
+            kind.reduce);
+  st.last_transfer_s = std::chrono::duration<double>(Clock::now() - decided_at).count();
+  record_collective(comm, std::chrono::duration<double>(decided_at - arrived_at).count(), st.last_transfer_s);
+  if (contributes && own_result == out && out != nullptr && !st.cache.has(d.step)) {  // the server cached it already
+    auto slot = st.cache.claim(d.step);
+    if (bytes > 0 && slot.data() != out) std::memcpy(slot.data(), out, bytes);
+  }
+  st.latest = std::max(st.latest, d.step);
+
+  if (opts.weight == 0)
+    result.fate = Fate::none;
+  else if (contributes)
+    result.fate = next == d.step ? Fate::included : Fate::deferred;
+  else
+    result.fate = Fate::dropped;
+  if (contributes) result.contribution_step = d.step;
+  return finish_call(next);
+}
+
+PartialResult partial_finish(detail::CommImpl& comm) {
+  drain_queue(comm);
+  comm.check_usable();
+  PartialState& st = state_of(comm);
+  if (st.run_over) {
+    // This rank's last arrival already took part in the finish exchange.
+    st.run_over = false;
+    st.last_return.reset();
+    PartialResult result;
+    result.step = st.applied;
+    result.steps_behind = st.latest - st.applied;
+    return result;
+  }
+  const auto deadline = Clock::now() + comm.config().timeout;
+  st.link.send(partial::encode(partial::Finish{comm.rank(), st.applied}), deadline);
+  auto reply = st.link.receive(deadline);
+  if (!reply)
+    raise<TimeoutError>("partial_finish: rank ", comm.rank(), " waited ", comm.config().timeout.count(),
+                        " ms (ANTDT_TIMEOUT_MS) for every rank to finish");
+  auto message = partial::decode_from_arbiter(*reply, comm.size());
+  if (auto* failure = std::get_if<partial::Failure>(&message)) {
+    if (failure->status != Status::resync) comm.mark_failed(failure->status, failure->reason);
+    throw_status(failure->status, failure->reason);
+  }
+  const auto& d = std::get<partial::Decision>(message);
+  st.classes = d.classes;
+  if (!d.catchups.empty())
+    move_data(comm, st, d, st.last_signature, kFinishSeqBit | d.step, nullptr, nullptr, st.last_signature.count, true);
+  st.latest = std::max(st.latest, d.step);
+  PartialResult result;
+  result.step = st.applied;
+  result.steps_behind = st.latest - st.applied;
+  st.last_return.reset();
+  return result;
+}
+
+StragglerClass straggler_class(detail::CommImpl& comm, int rank) {
+  ANTDT_CHECK_ARG(rank >= 0 && rank < comm.size(), "straggler_class: rank ", rank, " out of range");
+  auto& holder = comm.partial_state();
+  if (!holder) return StragglerClass::healthy;
+  return static_cast<PartialState&>(*holder).classes[static_cast<std::size_t>(rank)];
+}
+
+}  // namespace antdt::coll

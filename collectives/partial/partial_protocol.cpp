@@ -1,0 +1,180 @@
+#include "collectives/partial/partial_protocol.hpp"
+
+#include "core/error.hpp"
+#include "core/wire_codec.hpp"
+
+#include <cstring>
+
+namespace antdt::coll::partial {
+namespace {
+
+constexpr std::uint32_t kMagic = 0x50544441;  // "ADTP"
+constexpr std::uint16_t kVersion = 1;
+enum class Kind : std::uint16_t { arrival = 1, finish = 2, decision = 3, failure = 4 };
+constexpr std::size_t kMaxReason = 4096;
+
+// The codec is core/wire_codec.hpp; these add the protocol's prefix and names.
+class Writer : public wire::ByteWriter {
+ public:
+  explicit Writer(Kind kind) {
+    put(kMagic);
+    put(kVersion);
+    put(static_cast<std::uint16_t>(kind));
+  }
+  void put_string(const std::string& s) { text(s, kMaxReason); }
+};
+
+class Reader : public wire::ByteReader {
+ public:
+  explicit Reader(std::span<const std::byte> in) : ByteReader(in, "partial-collective message") {}
+  std::string get_string() { return text(kMaxReason); }
+  Kind header() {
+    if (get<std::uint32_t>() != kMagic) fail("bad magic");
+    auto version = get<std::uint16_t>();
+    if (version != kVersion)
+      raise<BootstrapError>("partial-collective message version ", version, ", expected ", kVersion);
+    return static_cast<Kind>(get<std::uint16_t>());
+  }
+  void end() { done(); }
+};
+
+std::int32_t checked_rank(std::int32_t r, int ranks, bool allow_none = false) {
+  if ((allow_none && r == -1) || (r >= 0 && r < ranks)) return r;
+  raise<BootstrapError>("malformed partial-collective message: rank ", r, " out of range [0, ", ranks, ")");
+}
+
+std::uint32_t checked_count(std::uint32_t n, int ranks) {
+  if (n <= static_cast<std::uint32_t>(ranks)) return n;
+  raise<BootstrapError>("malformed partial-collective message: ", n, " entries for ", ranks, " ranks");
+}
+
+}  // namespace
+
+Bytes encode(const Arrival& m) {
+  Writer w(Kind::arrival);
+  w.put(m.rank);
+  w.put(m.step);
+  w.put(m.weight);
+  w.put(m.compute_s);
+  w.put(m.transfer_s);
+  w.put(m.samples);
+  w.put(m.signature);
+  w.put(static_cast<std::uint8_t>(m.policy));
+  w.put(m.staleness);
+  return w.take();
+}
+
+Bytes encode(const Finish& m) {
+  Writer w(Kind::finish);
+  w.put(m.rank);
+  w.put(m.applied);
+  return w.take();
+}
+
+Bytes encode(const Decision& m) {
+  Writer w(Kind::decision);
+  w.put(m.step);
+  w.put(static_cast<std::uint8_t>(m.final ? 1 : 0));
+  w.put(m.server);
+  w.put(static_cast<std::uint32_t>(m.contributors.size()));
+  for (const auto& c : m.contributors) {
+    w.put(c.rank);
+    w.put(c.weight);
+    w.put(c.based_on);
+  }
+  w.put(static_cast<std::uint32_t>(m.catchups.size()));
+  for (const auto& c : m.catchups) {
+    w.put(c.rank);
+    w.put(c.from_step);
+  }
+  w.put(static_cast<std::uint32_t>(m.classes.size()));
+  for (auto c : m.classes) w.put(static_cast<std::uint8_t>(c));
+  return w.take();
+}
+
+Bytes encode(const Failure& m) {
+  Writer w(Kind::failure);
+  w.put(static_cast<std::int32_t>(m.status));
+  w.put_string(m.reason.substr(0, kMaxReason));
+  return w.take();
+}
+
+ToArbiter decode_to_arbiter(std::span<const std::byte> bytes, int ranks) {
+  Reader r(bytes);
+  switch (r.header()) {
+    case Kind::arrival: {
+      Arrival m;
+      m.rank = checked_rank(r.get<std::int32_t>(), ranks);
+      m.step = r.get<std::uint64_t>();
+      m.weight = r.get<double>();
+      m.compute_s = r.get<double>();
+      m.transfer_s = r.get<double>();
+      m.samples = r.get<std::uint64_t>();
+      m.signature = r.get<std::uint64_t>();
+      auto policy = r.get<std::uint8_t>();
+      if (policy > static_cast<std::uint8_t>(LatePolicy::defer))
+        raise<BootstrapError>("malformed partial-collective arrival: policy ", int{policy});
+      m.policy = static_cast<LatePolicy>(policy);
+      m.staleness = r.get<std::uint32_t>();
+      if (m.step == 0 || !(m.weight >= 0) || !(m.compute_s >= 0) || !(m.transfer_s >= 0))
+        raise<BootstrapError>("malformed partial-collective arrival: step ", m.step, ", weight ", m.weight);
+      r.end();
+      return m;
+    }
+    case Kind::finish: {
+      Finish m;
+      m.rank = checked_rank(r.get<std::int32_t>(), ranks);
+      m.applied = r.get<std::uint64_t>();
+      r.end();
+      return m;
+    }
+    default: raise<BootstrapError>("malformed partial-collective message: unexpected kind for the arbiter");
+  }
+}
+
+FromArbiter decode_from_arbiter(std::span<const std::byte> bytes, int ranks) {
+  Reader r(bytes);
+  switch (r.header()) {
+    case Kind::decision: {
+      Decision m;
+      m.step = r.get<std::uint64_t>();
+      auto final_flag = r.get<std::uint8_t>();
+      if (final_flag > 1) raise<BootstrapError>("malformed partial-collective decision: final flag ", int{final_flag});
+      m.final = final_flag == 1;
+      m.server = checked_rank(r.get<std::int32_t>(), ranks, true);
+      m.contributors.resize(checked_count(r.get<std::uint32_t>(), ranks));
+      for (auto& c : m.contributors) {
+        c.rank = checked_rank(r.get<std::int32_t>(), ranks);
+        c.weight = r.get<double>();
+        c.based_on = r.get<std::uint64_t>();
+      }
+      m.catchups.resize(checked_count(r.get<std::uint32_t>(), ranks));
+      for (auto& c : m.catchups) {
+        c.rank = checked_rank(r.get<std::int32_t>(), ranks);
+        c.from_step = r.get<std::uint64_t>();
+      }
+      m.classes.resize(checked_count(r.get<std::uint32_t>(), ranks));
+      for (auto& c : m.classes) {
+        auto v = r.get<std::uint8_t>();
+        if (v > static_cast<std::uint8_t>(StragglerClass::persistent))
+          raise<BootstrapError>("malformed partial-collective decision: class ", int{v});
+        c = static_cast<StragglerClass>(v);
+      }
+      r.end();
+      return m;
+    }
+    case Kind::failure: {
+      Failure m;
+      auto status = r.get<std::int32_t>();
+      if (status <= 0 || status > static_cast<std::int32_t>(Status::resync))
+        raise<BootstrapError>("malformed partial-collective failure: status ", status);
+      m.status = static_cast<Status>(status);
+      m.reason = r.get_string();
+      r.end();
+      return m;
+    }
+    default: raise<BootstrapError>("malformed partial-collective message: unexpected kind for a rank");
+  }
+}
+
+}  // namespace antdt::coll::partial

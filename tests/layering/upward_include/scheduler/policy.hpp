@@ -1,0 +1,2 @@
+// The header a lower layer must not include.
+#pragma once
