@@ -7,12 +7,15 @@
 # Machines here are noisy: medians of interleaved launches are the numbers to
 # quote.
 #
-# usage: perf/compare.sh [-np N] [-r launches] [--bin DIR] [--gloo ALGO|none] [-- perf options]
+# usage: perf/compare.sh [-np N] [-r launches] [--bin DIR] [--base DIR] [--gloo ALGO|none] [-- perf options]
 #   -np N        ranks (default 2)
 #   -r launches  launches of each tool (default 3)
 #   --bin DIR    a build directory (perf/ and perf/baselines/ below it) or an
 #                install bin directory (default: the build-* directory next to
 #                this script that has the tools, else PATH)
+#   --base DIR   another antdt build (same layout as --bin): its
+#                antdt_allreduce_perf runs interleaved too, and a third table
+#                gives antdt / base per size (a before/after check of a change)
 #   --gloo ALGO  Gloo algorithm: ring_chunked (default) or halving_doubling;
 #                none leaves Gloo out (it is also left out when not built)
 #   perf options are passed to every tool (default: -b 8 -e 64M); only float
@@ -22,6 +25,7 @@ set -euo pipefail
 ranks=2
 launches=3
 bin=""
+base_dir=""
 gloo_algo=ring_chunked
 perf_args=()
 while (($#)); do
@@ -29,9 +33,10 @@ while (($#)); do
     -np) ranks="$2"; shift 2 ;;
     -r) launches="$2"; shift 2 ;;
     --bin) bin="$2"; shift 2 ;;
+    --base) base_dir="$2"; shift 2 ;;
     --gloo) gloo_algo="$2"; shift 2 ;;
     --) shift; perf_args=("$@"); break ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "compare.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -55,6 +60,13 @@ find_tool() {  # find_tool <name> <build subdir> [optional]
 }
 antdt_tool=$(find_tool antdt_allreduce_perf perf)
 mpi_tool=$(find_tool mpi_allreduce_perf perf/baselines)
+base_tool=""
+if [[ -n "$base_dir" ]]; then
+  for dir in "$base_dir/perf" "$base_dir"; do
+    [[ -x "$dir/antdt_allreduce_perf" ]] && { base_tool="$dir/antdt_allreduce_perf"; break; }
+  done
+  [[ -n "$base_tool" ]] || { echo "compare.sh: no antdt_allreduce_perf in --base $base_dir" >&2; exit 2; }
+fi
 gloo_tool=""
 case "$gloo_algo" in
   none) ;;
@@ -77,9 +89,14 @@ else
   [[ "$gloo_algo" == none ]] && why="--gloo none" || why="gloo_allreduce_perf not built"
   echo "# gloo:  not run ($why)"
 fi
+[[ -n "$base_tool" ]] && echo "# base:  ${mpirun_cmd[*]} $base_tool ${perf_args[*]}"
 for ((i = 0; i < launches; i++)); do
   "${mpirun_cmd[@]}" "$antdt_tool" "${perf_args[@]}" >"$work/antdt.$i" ||
     { echo "compare.sh: antdt_allreduce_perf failed:" >&2; cat "$work/antdt.$i" >&2; exit 1; }
+  if [[ -n "$base_tool" ]]; then
+    "${mpirun_cmd[@]}" "$base_tool" "${perf_args[@]}" >"$work/base.$i" ||
+      { echo "compare.sh: the base antdt_allreduce_perf failed:" >&2; cat "$work/base.$i" >&2; exit 1; }
+  fi
   "${mpirun_cmd[@]}" "$mpi_tool" "${perf_args[@]}" >"$work/mpi.$i" ||
     { echo "compare.sh: mpi_allreduce_perf failed:" >&2; cat "$work/mpi.$i" >&2; exit 1; }
   if [[ -n "$gloo_tool" ]]; then
@@ -93,7 +110,9 @@ done
 # Table rows: size count type redop root | time algbw busbw #wrong | time algbw busbw #wrong
 gloo_files=()
 [[ -n "$gloo_tool" ]] && gloo_files=("$work"/gloo.*)
-awk -v with_gloo="${gloo_tool:+1}" '
+base_files=()
+[[ -n "$base_tool" ]] && base_files=("$work"/base.*)
+awk -v with_gloo="${gloo_tool:+1}" -v with_base="${base_tool:+1}" '
   function median(list,   n, v, i, j, t) {
     n = split(list, v, " ")
     if (n == 0) return 0
@@ -151,4 +170,17 @@ awk -v with_gloo="${gloo_tool:+1}" '
         printf "  %10s  %9.2f  %9.2f  %s  %9.2f  %9.2f  %s\n", s, a, m, ratio(a, m), ai, mi, ratio(ai, mi)
       }
     }
-  }' "$work"/antdt.* "$work"/mpi.* "${gloo_files[@]}"
+    if (with_base) {
+      printf "#\n# antdt against the --base build: median busbw (GB/s), median time (us); ratio = antdt / base\n"
+      printf "# %10s  %9s  %9s  %6s  %9s  %9s  %6s  %9s  %9s  %6s\n", "size", "antdt oop", "base oop", "ratio",
+             "antdt ip", "base ip", "ratio", "antdt us", "base us", "ratio"
+      for (r = 1; r <= rows; r++) {
+        s = order[r]
+        a = median(oop["antdt", s]); b = median(oop["base", s])
+        ai = median(ip["antdt", s]); bi = median(ip["base", s])
+        at = median(oop_t["antdt", s]); bt = median(oop_t["base", s])
+        printf "  %10s  %9.2f  %9.2f  %s  %9.2f  %9.2f  %s  %9.2f  %9.2f  %s\n", s, a, b, ratio(a, b), ai, bi,
+               ratio(ai, bi), at, bt, ratio(at, bt)
+      }
+    }
+  }' "$work"/antdt.* "$work"/mpi.* "${gloo_files[@]}" "${base_files[@]}"
