@@ -12,6 +12,7 @@
 #include "collectives/device/path_agreement.hpp"
 #include "collectives/device/staged_path.hpp"
 #include "core/dtype.hpp"
+#include "core/hash.hpp"
 #include "cuda/nvtx.hpp"
 
 #include <algorithm>
@@ -65,18 +66,16 @@ Path agreed_reduce_scatter(detail::CommImpl& comm, cuda::DeviceWork& work, const
 // AllGather(V) agreement's signatures, so ranks that disagree on it fail with
 // MismatchError at the exchange instead of reading past a peer's buffer.
 std::uint64_t block_layout_hash(std::span<const std::size_t> counts, std::span<const std::size_t> offsets) {
-  std::uint64_t h = 0x9e3779b97f4a7c15ULL;
-  for (std::size_t b = 0; b < counts.size(); ++b) {
-    h = (h ^ counts[b]) * 0xff51afd7ed558ccdULL;
-    h = (h ^ offsets[b]) * 0xc4ceb9fe1a85ec53ULL;
-  }
-  return h ^ (h >> 33);
+  std::uint64_t h = hash::kSeed;
+  for (std::size_t b = 0; b < counts.size(); ++b) h = hash::mix(hash::mix(h, counts[b]), offsets[b]);
+  return h;
 }
 
 Path agreed_allgatherv(detail::CommImpl& comm, cuda::DeviceWork& work, const void* send, void* recv,
                        std::span<const std::size_t> counts, std::span<const std::size_t> offsets, DataType dtype) {
   const std::uint64_t layout = block_layout_hash(counts, offsets);
-  const AgreementLayouts layouts{kAllgatherAgreement.exchange ^ layout, kAllgatherAgreement.done ^ layout};
+  const AgreementLayouts layouts{hash::nonzero(hash::mix(layout, kAllgatherAgreement.exchange)),
+                                 hash::nonzero(hash::mix(layout, kAllgatherAgreement.done))};
   return run_on_agreed_path(
       comm, work, "allgather (device)", Signature{Kind::allgatherv, counts.size(), dtype, ReduceOp::sum}, layouts,
       [&] { return allgatherv_record(comm, work, send, recv, counts, dtype); },

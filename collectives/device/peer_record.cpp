@@ -3,6 +3,7 @@
 #include "collectives/device/peer_record.hpp"
 
 #include "core/error.hpp"
+#include "core/hash.hpp"
 #include "core/wire_codec.hpp"
 
 #include <algorithm>
@@ -19,9 +20,11 @@ constexpr std::size_t kHandleBytes = cuda::IpcHandle::kWireBytes;
 // Flags (the record's second word).
 constexpr std::uint32_t kExportable = 1, kDeviceBuffers = 2, kTransportMovesDeviceMemory = 4;
 
-// FNV-1a, 64-bit.
-std::uint64_t fnv1a(std::uint64_t h, std::string_view text) noexcept {
-  for (char c : text) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+// Folds the text's length and bytes into h (the length keeps "ab" + "c"
+// apart from "a" + "bc").
+std::uint64_t mix_text(std::uint64_t h, std::string_view text) noexcept {
+  h = hash::mix(h, text.size());
+  for (char c : text) h = hash::mix(h, static_cast<unsigned char>(c));
   return h;
 }
 
@@ -34,7 +37,7 @@ std::uint64_t node_identity() {
     std::string boot;
     std::ifstream in("/proc/sys/kernel/random/boot_id");
     if (in) std::getline(in, boot);
-    return fnv1a(fnv1a(0xcbf29ce484222325ULL, host.data()), boot);
+    return mix_text(mix_text(hash::kSeed, host.data()), boot);
   }();
   return id;
 }
