@@ -1,11 +1,11 @@
 // The logic of collectives and push-pull on device buffers
-// (collectives/device_plan.*, collectives/device_collectives.*,
-// collectives/pushpull/pushpull.cpp), run on any machine: a fake DeviceBackend
-// whose "device" memory is host memory registered with it, and whose copies
-// and reductions run only when the code waits for them (or polls a staging
-// slot), in order, as on a CUDA stream. A missing wait, a slot reused too
-// early or a peer's buffer read before its owner finished shows up as wrong
-// data. Results are checked against tests/unit/reference.hpp.
+// (collectives/device/*, collectives/pushpull/pushpull.cpp), run on any
+// machine: a fake DeviceBackend whose "device" memory is host memory
+// registered with it, and whose copies and reductions run only when the code
+// waits for them (or polls a staging slot), in order, as on a CUDA stream. A
+// missing wait, a slot reused too early or a peer's buffer read before its
+// owner finished shows up as wrong data. Results are checked against
+// tests/unit/reference.hpp.
 #include "comm_fixture.hpp"
 #include "reference.hpp"
 
@@ -13,7 +13,11 @@
 #include <antdt/pushpull.hpp>
 
 #include "collectives/device/device_collectives.hpp"
-#include "collectives/device/device_plan.hpp"
+#include "collectives/device/ipc_path.hpp"
+#include "collectives/device/path_choice.hpp"
+#include "collectives/device/peer_record.hpp"
+#include "collectives/device/segment_pipeline.hpp"
+#include "collectives/device/staged_copy.hpp"
 #include "collectives/api/c_api.hpp"
 #include "core/dtype.hpp"
 #include "cuda/device_work.hpp"
