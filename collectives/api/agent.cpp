@@ -3,7 +3,8 @@
 // that forwards to them.
 #include "collectives/api/agent_impl.hpp"
 
-#include "collectives/step_timing.hpp"
+#include "collectives/communicator.hpp"
+#include "collectives/telemetry/step_timing.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 
@@ -114,7 +115,9 @@ void AgentImpl::report_step(const StepReport& r) {
   report.compute_s = r.compute_s;
   if (report.compute_s < 0) {
     std::optional<double> measured;
-    if (comm_) measured = coll::last_compute_seconds(comm_->comm.impl());
+    if (comm_)
+      if (telemetry::StepTiming* timing = comm_->comm.impl().started_step_timing())
+        measured = timing->last_compute_seconds();
     report.compute_s = measured.value_or(0);
   }
   report.wait_s = std::max(0.0, r.wait_s);

@@ -3,7 +3,7 @@
 #include <antdt/comm.hpp>
 
 #include "collectives/collectives.hpp"
-#include "collectives/step_timing.hpp"
+#include "collectives/telemetry/step_timing.hpp"
 #include "core/bootstrap.hpp"
 #include "collectives/api/c_api.hpp"
 #include "collectives/api/make_communicator.hpp"
@@ -225,14 +225,15 @@ StragglerClass Communicator::straggler_class(int rank) const { return coll::stra
 
 // NVTX: a range per training step (ANTDT_NVTX=1), pushed here and popped by end_step.
 void Communicator::begin_step() {
-  coll::begin_step(*impl_);
+  impl_->step_timing().begin_step();
   if (cuda::nvtx_enabled()) cuda::nvtx_push("antdt step");
 }
-void Communicator::begin_compute(void* stream) { coll::begin_compute(*impl_, stream); }
-void Communicator::end_compute(void* stream) { coll::end_compute(*impl_, stream); }
+void Communicator::begin_compute(void* stream) { impl_->step_timing().begin_compute(stream); }
+void Communicator::end_compute(void* stream) { impl_->step_timing().end_compute(stream); }
 void Communicator::end_step(std::uint64_t samples) {
   if (cuda::nvtx_enabled()) cuda::nvtx_pop();
-  coll::end_step(*impl_, samples, coll::straggler_class(*impl_, impl_->rank()));
+  const StragglerClass cls = coll::straggler_class(*impl_, impl_->rank());  // for the trace: as the arbiter last said
+  impl_->step_timing().end_step(samples, cls);
 }
 
 void Communicator::check_same_extent(std::size_t a, std::size_t b) {
