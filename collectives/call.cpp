@@ -1,6 +1,6 @@
 #include "collectives/call.hpp"
 
-#include "collectives/step_timing.hpp"
+#include "collectives/telemetry/step_timing.hpp"
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
@@ -19,6 +19,12 @@ namespace {
 // How long a failed transfer waits for a peer's abort message before it is
 // reported as a transport failure (failure path only).
 constexpr auto kRootCauseLinger = std::chrono::milliseconds(100);
+
+// Whether the trainer has a step open, which the call's time then belongs to.
+bool in_marked_step(const detail::CommImpl& comm) noexcept {
+  const telemetry::StepTiming* timing = comm.started_step_timing();
+  return timing != nullptr && timing->in_step();
+}
 
 const char* kind_name(Kind k) {
   switch (k) {
@@ -98,7 +104,7 @@ Call::Call(detail::CommImpl& comm, const Signature& sig, std::uint64_t seq)
       // so the tag only separates communicators and collective kinds; the
       // sequence number travels in the header, where a skipped call is caught.
       tag_((static_cast<std::uint64_t>(comm.id() & 0xffffffu) << 8) | static_cast<std::uint64_t>(sig.kind)),
-      timed_(collective_timing_active(comm)) {
+      timed_(in_marked_step(comm)) {
   comm_.check_usable();
   throw_if_aborted();
 }
@@ -123,7 +129,7 @@ Call::Call(detail::CommImpl& comm, const Signature& sig, std::uint64_t seq, std:
       hash_(sig.hash()),
       seq_(seq),
       tag_((static_cast<std::uint64_t>(comm.id() & 0xffffffu) << 8) | static_cast<std::uint64_t>(sig.kind)),
-      timed_(collective_timing_active(comm)) {
+      timed_(in_marked_step(comm)) {
   ANTDT_ASSERT(!slots.empty());
   comm_.check_usable();
   throw_if_aborted();
@@ -136,8 +142,10 @@ Call::~Call() {
   }
   // The Monitor's view of this rank's step: time inside collectives. Partial
   // collectives report their own split (waiting for the arbiter vs moving data).
+  // timed_: the step timing was started when the call began, and stays.
   if (timed_ && sig_.kind != Kind::partial && sig_.kind != Kind::partial_catchup) {
-    record_collective(comm_, 0.0, std::chrono::duration<double>(transport::Clock::now() - started_).count());
+    comm_.started_step_timing()->record_collective(
+        0.0, std::chrono::duration<double>(transport::Clock::now() - started_).count());
   }
 }
 

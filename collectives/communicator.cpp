@@ -1,5 +1,6 @@
 #include "collectives/communicator.hpp"
 
+#include "collectives/telemetry/step_timing.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/shm_channel.hpp"
@@ -15,6 +16,14 @@ CommImpl::CommImpl(std::unique_ptr<transport::Transport> transport, std::uint32_
 }
 
 CommImpl::~CommImpl() = default;
+
+telemetry::StepTiming& CommImpl::step_timing() {
+  if (!step_timing_) {
+    step_timing_ = std::make_unique<telemetry::StepTiming>(cfg_, rank_, "antdt-c" + std::to_string(id_));
+    step_timing_started_.store(true, std::memory_order_release);
+  }
+  return *step_timing_;
+}
 
 void CommImpl::set_shm(ShmArea area, std::unique_ptr<ShmChannel> channel) noexcept {
   shm_[index(area)] = std::move(channel);

@@ -20,6 +20,10 @@
 #include <string>
 #include <vector>
 
+namespace antdt::telemetry {
+class StepTiming;  // collectives/telemetry/step_timing.hpp
+}
+
 namespace antdt::detail {
 
 class ShmChannel;  // core/shm_channel.hpp
@@ -76,13 +80,16 @@ class CommImpl {
   std::unique_ptr<CollectiveState>& collective_state() noexcept { return collective_state_; }
   // Partial collectives' result cache, control link and (rank 0) arbiter; created on first use.
   std::unique_ptr<CollectiveState>& partial_state() noexcept { return partial_state_; }
-  // Step timing and traces (collectives/step_timing.cpp); created on first use.
-  std::unique_ptr<CollectiveState>& step_state() noexcept { return step_state_; }
-  // Set (by the caller's thread) once step_state() holds its object, which then
-  // stays until destruction: collectives run by the progress thread read it
-  // only after seeing this, without a lock.
-  bool step_state_published() const noexcept { return step_state_published_.load(std::memory_order_acquire); }
-  void publish_step_state() noexcept { step_state_published_.store(true, std::memory_order_release); }
+  // Step timing and traces (collectives/telemetry/step_timing.hpp), for the
+  // trainer's marks on the caller's thread: created by the first mark, so a
+  // communicator that never marks a step writes no trace.
+  telemetry::StepTiming& step_timing();
+  // For collectives, on any thread: the step timing once a mark created it,
+  // else null. Published (release) after it is built and kept until
+  // destruction, so the progress thread reads it without a lock.
+  telemetry::StepTiming* started_step_timing() const noexcept {
+    return step_timing_started_.load(std::memory_order_acquire) ? step_timing_.get() : nullptr;
+  }
   // The control plane to the arbiter (empty when the communicator was made without one).
   control::Endpoints& control() noexcept { return control_; }
 
@@ -111,8 +118,8 @@ class CommImpl {
   std::array<std::unique_ptr<ShmChannel>, 3> shm_;
   std::array<bool, 3> shm_tried_{};
   std::unique_ptr<CollectiveState> partial_state_;  // may hold the arbiter thread, which uses control_
-  std::unique_ptr<CollectiveState> step_state_;
-  std::atomic<bool> step_state_published_{false};
+  std::unique_ptr<telemetry::StepTiming> step_timing_;
+  std::atomic<bool> step_timing_started_{false};  // step_timing_ is set (read without a lock)
   // Last, so destroyed first: it cancels in-flight transfers while the transport still works.
   std::unique_ptr<CollectiveState> collective_state_;
 };

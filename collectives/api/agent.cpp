@@ -1,22 +1,19 @@
-// The Agent (include/antdt/agent.hpp; docs/scheduler.md, "Agent and coordinator").
-#include <antdt/agent.h>
-#include <antdt/agent.hpp>
+// The Agent (include/antdt/agent.hpp; docs/scheduler.md, "Agent and coordinator"):
+// AgentImpl's methods (collectives/api/agent_impl.hpp) and the public Agent
+// that forwards to them.
+#include "collectives/api/agent_impl.hpp"
 
-#include "collectives/step_timing.hpp"
-#include "collectives/api/c_api.hpp"
-#include "core/config.hpp"
+#include "collectives/communicator.hpp"
+#include "collectives/telemetry/step_timing.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "core/net.hpp"
-#include "scheduler/coordinator.hpp"
-#include "scheduler/coordinator_client.hpp"
 
 #include <openssl/rand.h>
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstring>
-#include <optional>
 #include <thread>
 
 namespace antdt {
@@ -35,271 +32,233 @@ struct CoordinatorAddress {
 
 }  // namespace
 
-class AgentImpl {
- public:
-  AgentImpl(const AgentOptions& options, const Config& cfg) : options_(options), cfg_(cfg) {
-    ANTDT_CHECK_ARG(options.struct_size >= sizeof(std::size_t), "AgentOptions.struct_size ", options.struct_size,
-                    " is too small");
-    incarnation_ = cfg_.incarnation;
-    if (incarnation_ == 0)
-      start_fresh();
-    else
-      rejoin();
+AgentImpl::AgentImpl(const AgentOptions& options, const Config& cfg) : options_(options), cfg_(cfg) {
+  ANTDT_CHECK_ARG(options.struct_size >= sizeof(std::size_t), "AgentOptions.struct_size ", options.struct_size,
+                  " is too small");
+  incarnation_ = cfg_.incarnation;
+  if (incarnation_ == 0)
+    start_fresh();
+  else
+    rejoin();
+}
+
+AgentImpl::~AgentImpl() { close(); }
+
+Communicator& AgentImpl::communicator() {
+  if (rebuild_to_) {
+    join_generation(*rebuild_to_);
+    rebuild_to_.reset();
   }
+  fresh_communicator_ = false;
+  ANTDT_CHECK_ARG(comm_.has_value(), "agent of rank ", rank_, ": no communicator");
+  return comm_->comm;
+}
 
-  ~AgentImpl() { close(); }
+antdtComm_t AgentImpl::communicator_handle() {
+  communicator();
+  return &*comm_;
+}
 
-  int rank() const noexcept { return rank_; }
-  int size() const noexcept { return size_; }
-  int incarnation() const noexcept { return incarnation_; }
-  std::uint64_t generation() const noexcept { return generation_; }
-  bool rebuild_needed() const noexcept { return rebuild_to_.has_value() || fresh_communicator_; }
-  bool should_exit() const noexcept { return exit_ordered_; }
-  int exit_code() const noexcept { return cfg_.restart_exit_code; }
-
-  Communicator& communicator() {
-    if (rebuild_to_) {
-      join_generation(*rebuild_to_);
-      rebuild_to_.reset();
-    }
-    fresh_communicator_ = false;
-    ANTDT_CHECK_ARG(comm_.has_value(), "agent of rank ", rank_, ": no communicator");
-    return comm_->comm;
+StepPlan AgentImpl::next_step() {
+  check_open("next_step");
+  if (exit_ordered_) raise<InvalidArgument>("agent of rank ", rank_, ": next_step after a restart order; exit with ", exit_code());
+  if (lease_) give_back();
+  const coord::Plan p = client_->plan(step_ + 1);
+  step_ = p.step;
+  fetched_this_step_ = false;
+  StepPlan plan;
+  plan.step = p.step;
+  plan.local_batch = p.plan.local_batch;
+  plan.micro_batches = p.plan.micro_batches;
+  plan.micro_batch = p.plan.micro_batch;
+  plan.late = p.plan.late;
+  plan.staleness = p.plan.staleness;
+  plan.stop = p.stop;
+  plan.restart = p.plan.restart;
+  plan.generation = p.generation;
+  if (plan.restart) {
+    exit_ordered_ = true;
+    ANTDT_INFO("agent: rank ", rank_, " is ordered to restart at step ", plan.step);
+  } else if (p.generation > generation_ && !plan.stop) {
+    rebuild_to_ = p.generation;
+    plan.rebuild = true;
+  } else if (fresh_communicator_) {
+    // A restarted rank joined the new generation before its first plan: for
+    // the trainer this step starts on a new communicator too (re-sync state).
+    plan.rebuild = true;
   }
+  plan_ = plan;
+  return plan;
+}
 
-  // The C API's handle to the same communicator.
-  antdtComm_t communicator_handle() {
-    communicator();
-    return &*comm_;
+SampleBatch AgentImpl::next_samples(std::uint64_t cap) {
+  check_open("next_samples");
+  ANTDT_CHECK_ARG(plan_.has_value(), "agent of rank ", rank_, ": next_samples before next_step");
+  ANTDT_CHECK_ARG(!fetched_this_step_, "agent of rank ", rank_, ": next_samples called twice in step ", step_);
+  fetched_this_step_ = true;
+  SampleBatch out;
+  // A batch's ids must fit in one frame (kMaxBatchSamples).
+  const std::uint64_t max_samples = std::min({plan_->local_batch, cap, coord::kMaxBatchSamples});
+  if (max_samples == 0) return out;
+  coord::BatchReply reply = client_->fetch(max_samples);
+  out.epoch = reply.epoch;
+  out.finished = reply.status == 2;
+  if (reply.lease != 0) lease_ = Lease{reply.lease, client_->reconnections()};
+  out.samples = std::move(reply.samples);
+  return out;
+}
+
+void AgentImpl::report_step(const StepReport& r) {
+  check_open("report_step");
+  coord::Report report;
+  report.step = step_;
+  report.compute_s = r.compute_s;
+  if (report.compute_s < 0) {
+    std::optional<double> measured;
+    if (comm_)
+      if (telemetry::StepTiming* timing = comm_->comm.impl().started_step_timing())
+        measured = timing->last_compute_seconds();
+    report.compute_s = measured.value_or(0);
   }
+  report.wait_s = std::max(0.0, r.wait_s);
+  report.transfer_s = std::max(0.0, r.transfer_s);
+  report.samples = r.samples;
+  report.fate = r.fate;
+  client_->report(report);
+}
 
-  StepPlan next_step() {
-    check_open("next_step");
-    if (exit_ordered_) raise<InvalidArgument>("agent of rank ", rank_, ": next_step after a restart order; exit with ", exit_code());
+bool AgentImpl::commit() { return settle_lease(true); }
+bool AgentImpl::give_back() { return settle_lease(false); }
+bool AgentImpl::settle(Fate fate) {
+  return settle_lease(fate == Fate::included || fate == Fate::deferred);
+}
+
+void AgentImpl::request_restart() {
+  check_open("request_restart");
+  client_->request_restart();
+}
+
+void AgentImpl::close() noexcept {
+  if (!client_ || client_->closed()) return;
+  try {
     if (lease_) give_back();
-    const coord::Plan p = client_->plan(step_ + 1);
-    step_ = p.step;
-    fetched_this_step_ = false;
-    StepPlan plan;
-    plan.step = p.step;
-    plan.local_batch = p.plan.local_batch;
-    plan.micro_batches = p.plan.micro_batches;
-    plan.micro_batch = p.plan.micro_batch;
-    plan.late = p.plan.late;
-    plan.staleness = p.plan.staleness;
-    plan.stop = p.stop;
-    plan.restart = p.plan.restart;
-    plan.generation = p.generation;
-    if (plan.restart) {
-      exit_ordered_ = true;
-      ANTDT_INFO("agent: rank ", rank_, " is ordered to restart at step ", plan.step);
-    } else if (p.generation > generation_ && !plan.stop) {
-      rebuild_to_ = p.generation;
-      plan.rebuild = true;
-    } else if (fresh_communicator_) {
-      // A restarted rank joined the new generation before its first plan: for
-      // the trainer this step starts on a new communicator too (re-sync state).
-      plan.rebuild = true;
-    }
-    plan_ = plan;
-    return plan;
+    client_->bye(exit_ordered_);
+  } catch (const std::exception& e) {
+    ANTDT_WARN("agent of rank ", rank_, ": closing the coordinator session failed: ", e.what());
   }
-
-  // `cap`: the C API's buffer capacity.
-  SampleBatch next_samples(std::uint64_t cap = UINT64_MAX) {
-    check_open("next_samples");
-    ANTDT_CHECK_ARG(plan_.has_value(), "agent of rank ", rank_, ": next_samples before next_step");
-    ANTDT_CHECK_ARG(!fetched_this_step_, "agent of rank ", rank_, ": next_samples called twice in step ", step_);
-    fetched_this_step_ = true;
-    SampleBatch out;
-    // A batch's ids must fit in one frame (kMaxBatchSamples).
-    const std::uint64_t max_samples = std::min({plan_->local_batch, cap, coord::kMaxBatchSamples});
-    if (max_samples == 0) return out;
-    coord::BatchReply reply = client_->fetch(max_samples);
-    out.epoch = reply.epoch;
-    out.finished = reply.status == 2;
-    if (reply.lease != 0) lease_ = Lease{reply.lease, client_->reconnections()};
-    out.samples = std::move(reply.samples);
-    return out;
+  if (service_) {
+    // The other ranks still talk to this coordinator until they say bye.
+    if (!service_->wait_all_exited(Clock::now() + cfg_.timeout))
+      ANTDT_WARN("agent of rank 0: not every rank said bye to the embedded coordinator within ANTDT_TIMEOUT_MS; "
+                 "stopping it");
+    service_.reset();
   }
+}
 
-  void report_step(const StepReport& r) {
-    check_open("report_step");
-    coord::Report report;
-    report.step = step_;
-    report.compute_s = r.compute_s;
-    if (report.compute_s < 0) {
-      std::optional<double> measured;
-      if (comm_) measured = coll::last_compute_seconds(comm_->comm.impl());
-      report.compute_s = measured.value_or(0);
-    }
-    report.wait_s = std::max(0.0, r.wait_s);
-    report.transfer_s = std::max(0.0, r.transfer_s);
-    report.samples = r.samples;
-    report.fate = r.fate;
-    client_->report(report);
-  }
+void AgentImpl::check_open(const char* what) const {
+  if (!client_ || client_->closed()) raise<InvalidArgument>("agent of rank ", rank_, ": ", what, " after close()");
+}
 
-  bool commit() { return settle_lease(true); }
-  bool give_back() { return settle_lease(false); }
-  bool settle(Fate fate) {
-    return settle_lease(fate == Fate::included || fate == Fate::deferred);
-  }
+bool AgentImpl::settle_lease(bool used) {
+  check_open(used ? "commit" : "give_back");
+  if (!lease_) return false;
+  const Lease lease = *lease_;
+  lease_.reset();
+  // A reconnection voided it: the coordinator already took the samples back.
+  if (lease.session != client_->reconnections()) return false;
+  return used ? client_->commit(lease.id) : client_->give_back(lease.id);
+}
 
-  void request_restart() {
-    check_open("request_restart");
-    client_->request_restart();
-  }
+coord::CoordinatorOptions AgentImpl::coordinator_options() const {
+  auto o = coord::CoordinatorOptions::from(cfg_, size_, options_.dataset_size, options_.epochs,
+                                           options_.global_batch);
+  if (options_.shard_size > 0) o.dds.shard_size = options_.shard_size;
+  o.embedded = true;
+  return o;
+}
 
-  void close() noexcept {
-    if (!client_ || client_->closed()) return;
-    try {
-      if (lease_) give_back();
-      client_->bye(exit_ordered_);
-    } catch (const std::exception& e) {
-      ANTDT_WARN("agent of rank ", rank_, ": closing the coordinator session failed: ", e.what());
-    }
-    if (service_) {
-      // The other ranks still talk to this coordinator until they say bye.
-      if (!service_->wait_all_exited(Clock::now() + cfg_.timeout))
-        ANTDT_WARN("agent of rank 0: not every rank said bye to the embedded coordinator within ANTDT_TIMEOUT_MS; "
-                   "stopping it");
-      service_.reset();
-    }
-  }
+void AgentImpl::connect(const net::Endpoint& address, std::span<const std::byte> secret) {
+  client_ = std::make_unique<coord::CoordinatorClient>(address, secret, rank_, size_,
+                                                       static_cast<std::uint32_t>(incarnation_), generation_,
+                                                       cfg_.timeout);
+}
 
- private:
-  struct Lease {
-    std::uint64_t id = 0;
-    std::uint64_t session = 0;  // client reconnections when it was issued
-  };
-
-  void check_open(const char* what) const {
-    if (!client_ || client_->closed()) raise<InvalidArgument>("agent of rank ", rank_, ": ", what, " after close()");
-  }
-
-  bool settle_lease(bool used) {
-    check_open(used ? "commit" : "give_back");
-    if (!lease_) return false;
-    const Lease lease = *lease_;
-    lease_.reset();
-    // A reconnection voided it: the coordinator already took the samples back.
-    if (lease.session != client_->reconnections()) return false;
-    return used ? client_->commit(lease.id) : client_->give_back(lease.id);
-  }
-
-  coord::CoordinatorOptions coordinator_options() const {
-    auto o = coord::CoordinatorOptions::from(cfg_, size_, options_.dataset_size, options_.epochs,
-                                             options_.global_batch);
-    if (options_.shard_size > 0) o.dds.shard_size = options_.shard_size;
-    o.embedded = true;
-    return o;
-  }
-
-  void connect(const net::Endpoint& address, std::span<const std::byte> secret) {
-    client_ = std::make_unique<coord::CoordinatorClient>(address, secret, rank_, size_,
-                                                         static_cast<std::uint32_t>(incarnation_), generation_,
-                                                         cfg_.timeout);
-  }
-
-  // A rank's first start: the communicator from the environment, then the coordinator.
-  void start_fresh() {
-    comm_.emplace(antdtComm{Communicator::from_env()});
-    rank_ = comm_->comm.rank();
-    size_ = comm_->comm.size();
-    if (!cfg_.coordinator.empty()) {
-      const net::Endpoint address = net::parse_endpoint(cfg_.coordinator);
-      const auto secret = coord::job_secret(cfg_);
-      if (cfg_.coordinator_embedded && rank_ == 0)
-        service_ = std::make_unique<coord::CoordinatorService>(coordinator_options(), address, secret, cfg_.timeout);
-      connect(address, secret);
-      return;
-    }
-    // No address given: rank 0 hosts it on any port and tells the others.
-    CoordinatorAddress shared;
-    if (rank_ == 0) {
-      if (RAND_bytes(reinterpret_cast<unsigned char*>(shared.secret.data()), static_cast<int>(shared.secret.size())) != 1)
-        raise<InternalError>("RAND_bytes failed to make the coordinator's secret");
-      service_ = std::make_unique<coord::CoordinatorService>(
-          coordinator_options(), net::Endpoint{net::default_host_address(), 0}, shared.secret, cfg_.timeout);
-      const std::string& host = service_->address().host;
-      ANTDT_CHECK_ARG(host.size() < shared.host.size(), "coordinator host '", host, "' is too long");
-      std::memcpy(shared.host.data(), host.data(), host.size());
-      shared.port = service_->address().port;
-    }
-    comm_->comm.broadcast(&shared, &shared, sizeof shared, DataType::u8, 0);
-    shared.host.back() = '\0';
-    connect(net::Endpoint{std::string(shared.host.data()), shared.port}, shared.secret);
-  }
-
-  // A restarted rank: the coordinator says which generation to join and from which step.
-  void rejoin() {
-    if (!cfg_.rank || !cfg_.world_size)
-      raise<ConfigError>("a restarted rank (ANTDT_INCARNATION=", incarnation_,
-                         ") needs ANTDT_RANK and ANTDT_WORLD_SIZE");
-    if (cfg_.coordinator.empty())
-      raise<ConfigError>("a restarted rank (ANTDT_INCARNATION=", incarnation_,
-                         ") needs ANTDT_COORDINATOR: the coordinator that tells it where to rejoin");
-    rank_ = *cfg_.rank;
-    size_ = *cfg_.world_size;
+void AgentImpl::start_fresh() {
+  comm_.emplace(antdtComm{Communicator::from_env()});
+  rank_ = comm_->comm.rank();
+  size_ = comm_->comm.size();
+  if (!cfg_.coordinator.empty()) {
+    const net::Endpoint address = net::parse_endpoint(cfg_.coordinator);
+    const auto secret = coord::job_secret(cfg_);
     if (cfg_.coordinator_embedded && rank_ == 0)
-      raise<ConfigError>("rank 0 cannot be restarted while it hosts the coordinator (ANTDT_COORDINATOR_EMBEDDED=1); "
-                         "run antdt-coordinator instead");
-    log::set_process_rank(rank_);
-    connect(net::parse_endpoint(cfg_.coordinator), coord::job_secret(cfg_));
-    const coord::Welcome& welcome = client_->welcome();
-    step_ = welcome.resume_step > 0 ? welcome.resume_step - 1 : 0;
-    ANTDT_INFO("agent: rank ", rank_, " incarnation ", incarnation_, " rejoins generation ", welcome.generation,
-               " at step ", step_ + 1);
-    join_generation(welcome.generation);
-    fresh_communicator_ = true;
+      service_ = std::make_unique<coord::CoordinatorService>(coordinator_options(), address, secret, cfg_.timeout);
+    connect(address, secret);
+    return;
   }
+  // No address given: rank 0 hosts it on any port and tells the others.
+  CoordinatorAddress shared;
+  if (rank_ == 0) {
+    if (RAND_bytes(reinterpret_cast<unsigned char*>(shared.secret.data()), static_cast<int>(shared.secret.size())) != 1)
+      raise<InternalError>("RAND_bytes failed to make the coordinator's secret");
+    service_ = std::make_unique<coord::CoordinatorService>(
+        coordinator_options(), net::Endpoint{net::default_host_address(), 0}, shared.secret, cfg_.timeout);
+    const std::string& host = service_->address().host;
+    ANTDT_CHECK_ARG(host.size() < shared.host.size(), "coordinator host '", host, "' is too long");
+    std::memcpy(shared.host.data(), host.data(), host.size());
+    shared.port = service_->address().port;
+  }
+  comm_->comm.broadcast(&shared, &shared, sizeof shared, DataType::u8, 0);
+  shared.host.back() = '\0';
+  connect(net::Endpoint{std::string(shared.host.data()), shared.port}, shared.secret);
+}
 
-  // Every rank re-creates its communicator: rank 0 makes the new UniqueId and
-  // offers it through the coordinator; the others fetch it.
-  void join_generation(std::uint64_t generation) {
-    comm_.reset();
-    UniqueId id;
-    if (rank_ == 0) {
-      id = UniqueId::create();
-      client_->offer_id(generation, id);
-    } else {
-      const auto deadline = Clock::now() + cfg_.timeout;
-      for (;;) {
-        const coord::GenerationId got = client_->join(generation);
-        if (got.ready) {
-          id = got.id;
-          break;
-        }
-        if (Clock::now() >= deadline)
-          raise<TimeoutError>("agent of rank ", rank_, ": rank 0 offered no id for communicator generation ", generation,
-                              " within ANTDT_TIMEOUT_MS=", cfg_.timeout.count(), " ms");
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+void AgentImpl::rejoin() {
+  if (!cfg_.rank || !cfg_.world_size)
+    raise<ConfigError>("a restarted rank (ANTDT_INCARNATION=", incarnation_,
+                       ") needs ANTDT_RANK and ANTDT_WORLD_SIZE");
+  if (cfg_.coordinator.empty())
+    raise<ConfigError>("a restarted rank (ANTDT_INCARNATION=", incarnation_,
+                       ") needs ANTDT_COORDINATOR: the coordinator that tells it where to rejoin");
+  rank_ = *cfg_.rank;
+  size_ = *cfg_.world_size;
+  if (cfg_.coordinator_embedded && rank_ == 0)
+    raise<ConfigError>("rank 0 cannot be restarted while it hosts the coordinator (ANTDT_COORDINATOR_EMBEDDED=1); "
+                       "run antdt-coordinator instead");
+  log::set_process_rank(rank_);
+  connect(net::parse_endpoint(cfg_.coordinator), coord::job_secret(cfg_));
+  const coord::Welcome& welcome = client_->welcome();
+  step_ = welcome.resume_step > 0 ? welcome.resume_step - 1 : 0;
+  ANTDT_INFO("agent: rank ", rank_, " incarnation ", incarnation_, " rejoins generation ", welcome.generation,
+             " at step ", step_ + 1);
+  join_generation(welcome.generation);
+  fresh_communicator_ = true;
+}
+
+void AgentImpl::join_generation(std::uint64_t generation) {
+  comm_.reset();
+  UniqueId id;
+  if (rank_ == 0) {
+    id = UniqueId::create();
+    client_->offer_id(generation, id);
+  } else {
+    const auto deadline = Clock::now() + cfg_.timeout;
+    for (;;) {
+      const coord::GenerationId got = client_->join(generation);
+      if (got.ready) {
+        id = got.id;
+        break;
       }
+      if (Clock::now() >= deadline)
+        raise<TimeoutError>("agent of rank ", rank_, ": rank 0 offered no id for communicator generation ", generation,
+                            " within ANTDT_TIMEOUT_MS=", cfg_.timeout.count(), " ms");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    comm_.emplace(antdtComm{Communicator::create(id, rank_, size_, CommOptions{cfg_.transport})});
-    generation_ = generation;
-    client_->set_generation(generation);
-    ANTDT_INFO("agent: rank ", rank_, " joined communicator generation ", generation);
   }
-
-  AgentOptions options_;
-  Config cfg_;
-  int rank_ = 0, size_ = 1, incarnation_ = 0;
-  std::uint64_t generation_ = 0;
-  std::uint64_t step_ = 0;               // the step of the last plan (0 before any)
-  std::optional<StepPlan> plan_;
-  bool fetched_this_step_ = false;
-  std::optional<Lease> lease_;
-  std::optional<std::uint64_t> rebuild_to_;
-  bool fresh_communicator_ = false;  // rejoined: the first plan says rebuild, like the other ranks'
-  bool exit_ordered_ = false;
-  // Declaration order is destruction order reversed: the client says bye (in
-  // close()) before the embedded service stops, and the communicator goes last.
-  std::optional<antdtComm> comm_;  // an antdtComm, so that the C API can hand out a handle to it
-  std::unique_ptr<coord::CoordinatorService> service_;
-  std::unique_ptr<coord::CoordinatorClient> client_;
-};
+  comm_.emplace(antdtComm{Communicator::create(id, rank_, size_, CommOptions{cfg_.transport})});
+  generation_ = generation;
+  client_->set_generation(generation);
+  ANTDT_INFO("agent: rank ", rank_, " joined communicator generation ", generation);
+}
 
 }  // namespace detail
 
@@ -330,155 +289,3 @@ int Agent::exit_code() const noexcept { return impl_->exit_code(); }
 void Agent::close() { impl_->close(); }
 
 }  // namespace antdt
-
-// ---------------------------------------------------------------------------
-// C API (include/antdt/agent.h)
-// ---------------------------------------------------------------------------
-struct antdtAgent {
-  antdtAgent(const antdt::AgentOptions& options, const antdt::Config& cfg) : impl(options, cfg) {}
-  antdt::detail::AgentImpl impl;
-};
-
-namespace {
-
-antdt::detail::AgentImpl& unwrap(antdtAgent_t agent) {
-  ANTDT_CHECK_ARG(agent != nullptr, "agent handle is null");
-  return agent->impl;
-}
-
-template <class Struct>
-void check_struct(const Struct* s, const char* name) {
-  ANTDT_CHECK_ARG(s != nullptr, name, " pointer is null");
-  ANTDT_CHECK_ARG(s->struct_size >= sizeof(Struct), name, ".struct_size is ", s->struct_size, ", expected at least ",
-                  sizeof(Struct), " (set it to sizeof(", name, "))");
-}
-
-void set_flag(int* out, bool value) {
-  if (out != nullptr) *out = value ? 1 : 0;
-}
-
-}  // namespace
-
-extern "C" {
-
-antdtStatus_t antdtAgentCreate(antdtAgent_t* agent, const antdtAgentOptions* options) {
-  return antdt::api::c_api_guarded([&] {
-    ANTDT_CHECK_ARG(agent != nullptr, "output agent pointer is null");
-    *agent = nullptr;
-    antdt::AgentOptions o;
-    if (options != nullptr) {
-      check_struct(options, "antdtAgentOptions");
-      o.dataset_size = options->dataset_size;
-      o.epochs = options->epochs;
-      o.global_batch = options->global_batch;
-      o.shard_size = options->shard_size;
-    }
-    auto handle = std::make_unique<antdtAgent>(o, antdt::config());
-    *agent = handle.release();  // owned by the caller until antdtAgentDestroy
-  });
-}
-
-antdtStatus_t antdtAgentDestroy(antdtAgent_t agent) {
-  return antdt::api::c_api_guarded([&] {
-    ANTDT_CHECK_ARG(agent != nullptr, "agent handle is null");
-    std::unique_ptr<antdtAgent> owned(agent);
-  });
-}
-
-antdtStatus_t antdtAgentRank(antdtAgent_t agent, int* rank, int* size, int* incarnation) {
-  return antdt::api::c_api_guarded([&] {
-    auto& a = unwrap(agent);
-    if (rank != nullptr) *rank = a.rank();
-    if (size != nullptr) *size = a.size();
-    if (incarnation != nullptr) *incarnation = a.incarnation();
-  });
-}
-
-antdtStatus_t antdtAgentComm(antdtAgent_t agent, antdtComm_t* comm) {
-  return antdt::api::c_api_guarded([&] {
-    ANTDT_CHECK_ARG(comm != nullptr, "output communicator pointer is null");
-    *comm = unwrap(agent).communicator_handle();
-  });
-}
-
-antdtStatus_t antdtAgentRebuildNeeded(antdtAgent_t agent, int* needed) {
-  return antdt::api::c_api_guarded([&] {
-    ANTDT_CHECK_ARG(needed != nullptr, "output pointer is null");
-    set_flag(needed, unwrap(agent).rebuild_needed());
-  });
-}
-
-antdtStatus_t antdtAgentNextStep(antdtAgent_t agent, antdtStepPlan* plan) {
-  return antdt::api::c_api_guarded([&] {
-    check_struct(plan, "antdtStepPlan");
-    const antdt::StepPlan p = unwrap(agent).next_step();
-    plan->step = p.step;
-    plan->local_batch = p.local_batch;
-    plan->micro_batches = p.micro_batches;
-    plan->micro_batch = p.micro_batch;
-    plan->late = static_cast<antdtLatePolicy_t>(p.late);
-    plan->staleness = p.staleness;
-    plan->stop = p.stop ? 1 : 0;
-    plan->restart = p.restart ? 1 : 0;
-    plan->rebuild = p.rebuild ? 1 : 0;
-    plan->generation = p.generation;
-  });
-}
-
-antdtStatus_t antdtAgentNextSamples(antdtAgent_t agent, uint64_t* ids, size_t capacity, size_t* count,
-                                    int* finished) {
-  return antdt::api::c_api_guarded([&] {
-    ANTDT_CHECK_ARG(count != nullptr, "count pointer is null");
-    ANTDT_CHECK_ARG(ids != nullptr || capacity == 0, "sample id buffer is null with capacity ", capacity);
-    *count = 0;
-    antdt::SampleBatch batch = unwrap(agent).next_samples(capacity);
-    std::copy(batch.samples.begin(), batch.samples.end(), ids);
-    *count = batch.samples.size();
-    set_flag(finished, batch.finished);
-  });
-}
-
-antdtStatus_t antdtAgentReportStep(antdtAgent_t agent, const antdtStepReport* report) {
-  return antdt::api::c_api_guarded([&] {
-    check_struct(report, "antdtStepReport");
-    ANTDT_CHECK_ARG(report->fate >= ANTDT_FATE_INCLUDED && report->fate <= ANTDT_FATE_NONE, "fate ",
-                    static_cast<int>(report->fate), " is not an antdtFate_t");
-    antdt::StepReport r;
-    r.compute_s = report->compute_s;
-    r.samples = report->samples;
-    r.fate = static_cast<antdt::Fate>(report->fate);
-    r.wait_s = report->wait_s;
-    r.transfer_s = report->transfer_s;
-    unwrap(agent).report_step(r);
-  });
-}
-
-antdtStatus_t antdtAgentCommit(antdtAgent_t agent, int* done) {
-  return antdt::api::c_api_guarded([&] { set_flag(done, unwrap(agent).commit()); });
-}
-
-antdtStatus_t antdtAgentGiveBack(antdtAgent_t agent, int* done) {
-  return antdt::api::c_api_guarded([&] { set_flag(done, unwrap(agent).give_back()); });
-}
-
-antdtStatus_t antdtAgentSettle(antdtAgent_t agent, antdtFate_t fate, int* done) {
-  return antdt::api::c_api_guarded([&] {
-    ANTDT_CHECK_ARG(fate >= ANTDT_FATE_INCLUDED && fate <= ANTDT_FATE_NONE, "fate ", static_cast<int>(fate),
-                    " is not an antdtFate_t");
-    set_flag(done, unwrap(agent).settle(static_cast<antdt::Fate>(fate)));
-  });
-}
-
-antdtStatus_t antdtAgentRequestRestart(antdtAgent_t agent) {
-  return antdt::api::c_api_guarded([&] { unwrap(agent).request_restart(); });
-}
-
-antdtStatus_t antdtAgentShouldExit(antdtAgent_t agent, int* should_exit, int* exit_code) {
-  return antdt::api::c_api_guarded([&] {
-    auto& a = unwrap(agent);
-    set_flag(should_exit, a.should_exit());
-    if (exit_code != nullptr) *exit_code = a.exit_code();
-  });
-}
-
-}  // extern "C"

@@ -1,6 +1,6 @@
 // A public Communicator around a transport the caller made: how the public
 // API's factories (Communicator::create, from_env), the tests and the tools
-// build one. Defined in collectives/api/communicator.cpp.
+// build one. Defined in collectives/api/communicator_factory.cpp.
 #pragma once
 
 #include <antdt/comm.hpp>

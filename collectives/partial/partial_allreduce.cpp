@@ -18,8 +18,8 @@
 #include "collectives/collectives.hpp"
 #include "collectives/device/device_collectives.hpp"
 #include "collectives/partial/partial_step.hpp"
-#include "collectives/step_timing.hpp"
 #include "collectives/suite.hpp"
+#include "collectives/telemetry/step_timing.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -295,8 +295,8 @@ PartialResult partial_step(detail::CommImpl& comm, const void* send, void* recv,
   arrival.weight = opts.weight;
   // The trainer's own marks when it gives them; else the time since the last call returned.
   const auto arrived_at = Clock::now();
-  if (auto marked = last_compute_seconds(comm))
-    arrival.compute_s = *marked;
+  if (telemetry::StepTiming* marked = comm.started_step_timing())
+    arrival.compute_s = marked->last_compute_seconds();
   else
     arrival.compute_s = st.last_return ? std::chrono::duration<double>(arrived_at - *st.last_return).count() : 0;
   arrival.transfer_s = st.last_transfer_s;
@@ -345,7 +345,8 @@ PartialResult partial_step(detail::CommImpl& comm, const void* send, void* recv,
   move_data(comm, st, d, sig, kStepSeqBit | d.step, static_cast<const std::byte*>(send), own_result, count, false,
             kind.reduce);
   st.last_transfer_s = std::chrono::duration<double>(Clock::now() - decided_at).count();
-  record_collective(comm, std::chrono::duration<double>(decided_at - arrived_at).count(), st.last_transfer_s);
+  if (telemetry::StepTiming* timing = comm.started_step_timing())
+    timing->record_collective(std::chrono::duration<double>(decided_at - arrived_at).count(), st.last_transfer_s);
   if (contributes && own_result == out && out != nullptr && !st.cache.has(d.step)) {  // the server cached it already
     auto slot = st.cache.claim(d.step);
     if (bytes > 0 && slot.data() != out) std::memcpy(slot.data(), out, bytes);

@@ -1,0 +1,89 @@
+// The state behind an antdt::Agent (include/antdt/agent.hpp) and an
+// antdtAgent_t (include/antdt/agent.h): the rank's communicator, its session
+// with the coordinator (embedded on rank 0 unless ANTDT_COORDINATOR names one),
+// the current plan and the sample lease. Defined in collectives/api/agent.cpp;
+// the C functions are in agent_c_api.cpp. Used from the trainer's thread only.
+#pragma once
+
+#include <antdt/agent.hpp>
+
+#include "collectives/api/c_api.hpp"
+#include "core/config.hpp"
+#include "core/net.hpp"
+#include "scheduler/coordinator.hpp"
+#include "scheduler/coordinator_client.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+
+namespace antdt::detail {
+
+class AgentImpl {
+ public:
+  AgentImpl(const AgentOptions& options, const Config& cfg);
+  ~AgentImpl();
+  AgentImpl(const AgentImpl&) = delete;
+  AgentImpl& operator=(const AgentImpl&) = delete;
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  int incarnation() const noexcept { return incarnation_; }
+  std::uint64_t generation() const noexcept { return generation_; }
+  bool rebuild_needed() const noexcept { return rebuild_to_.has_value() || fresh_communicator_; }
+  bool should_exit() const noexcept { return exit_ordered_; }
+  int exit_code() const noexcept { return cfg_.restart_exit_code; }
+
+  Communicator& communicator();
+  // The C API's handle to the same communicator.
+  antdtComm_t communicator_handle();
+
+  StepPlan next_step();
+  // `cap`: the C API's buffer capacity.
+  SampleBatch next_samples(std::uint64_t cap = UINT64_MAX);
+  void report_step(const StepReport& r);
+
+  bool commit();
+  bool give_back();
+  bool settle(Fate fate);
+  void request_restart();
+  void close() noexcept;
+
+ private:
+  struct Lease {
+    std::uint64_t id = 0;
+    std::uint64_t session = 0;  // client reconnections when it was issued
+  };
+
+  void check_open(const char* what) const;
+  bool settle_lease(bool used);
+  coord::CoordinatorOptions coordinator_options() const;
+  void connect(const net::Endpoint& address, std::span<const std::byte> secret);
+  // A rank's first start: the communicator from the environment, then the coordinator.
+  void start_fresh();
+  // A restarted rank: the coordinator says which generation to join and from which step.
+  void rejoin();
+  // Every rank re-creates its communicator: rank 0 makes the new UniqueId and
+  // offers it through the coordinator; the others fetch it.
+  void join_generation(std::uint64_t generation);
+
+  AgentOptions options_;
+  Config cfg_;
+  int rank_ = 0, size_ = 1, incarnation_ = 0;
+  std::uint64_t generation_ = 0;
+  std::uint64_t step_ = 0;               // the step of the last plan (0 before any)
+  std::optional<StepPlan> plan_;
+  bool fetched_this_step_ = false;
+  std::optional<Lease> lease_;
+  std::optional<std::uint64_t> rebuild_to_;
+  bool fresh_communicator_ = false;  // rejoined: the first plan says rebuild, like the other ranks'
+  bool exit_ordered_ = false;
+  // Declaration order is destruction order reversed: the client says bye (in
+  // close()) before the embedded service stops, and the communicator goes last.
+  std::optional<antdtComm> comm_;  // an antdtComm, so that the C API can hand out a handle to it
+  std::unique_ptr<coord::CoordinatorService> service_;
+  std::unique_ptr<coord::CoordinatorClient> client_;
+};
+
+}  // namespace antdt::detail
