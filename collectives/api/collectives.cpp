@@ -5,8 +5,7 @@
 #include <antdt/comm.hpp>
 
 #include "collectives/collectives.hpp"
-#include "collectives/device/device_collectives.hpp"
-#include "collectives/suite.hpp"
+#include "collectives/request.hpp"
 #include "collectives/api/c_api.hpp"
 #include "collectives/communicator.hpp"
 #include "core/dtype.hpp"
@@ -33,83 +32,109 @@ bool Request::cancel() { return state_ ? state_->cancel() : false; }
 bool Request::cancelled() const noexcept { return state_ && state_->cancelled(); }
 
 // ---------------------------------------------------------------------------
-// Communicator
+// Communicator: each method fills the call's argument record and hands it to
+// the one entry, coll::execute (collectives/execute.hpp), in its mode.
 // ---------------------------------------------------------------------------
+namespace {
+
+using coll::CollectiveArgs;
+using coll::Kind;
+using coll::Mode;
+
+void run(detail::CommImpl& comm, const CollectiveArgs& args) { coll::execute(comm, args, Mode::blocking); }
+Request issue(detail::CommImpl& comm, const CollectiveArgs& args) {
+  return Request(coll::execute(comm, args, Mode::nonblocking).request);
+}
+
+}  // namespace
+
 void Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType dtype, ReduceOp op) {
-  coll::reduce_scatter(*impl_, send, recv, recv_count, dtype, op);
+  run(*impl_,
+      {.kind = Kind::reduce_scatter, .send = send, .recv = recv, .count = recv_count, .dtype = dtype, .op = op});
 }
 void Communicator::allgather(const void* send, void* recv, std::size_t send_count, DataType dtype) {
-  coll::allgather(*impl_, send, recv, send_count, dtype);
+  run(*impl_, {.kind = Kind::allgather, .send = send, .recv = recv, .count = send_count, .dtype = dtype});
 }
 void Communicator::allgatherv(const void* send, void* recv, std::span<const std::size_t> counts,
                               std::span<const std::size_t> displs, DataType dtype) {
-  coll::allgatherv(*impl_, send, recv, counts, displs, dtype);
+  run(*impl_,
+      {.kind = Kind::allgatherv, .send = send, .recv = recv, .dtype = dtype, .counts = counts, .displs = displs});
 }
 void Communicator::reduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op, int root) {
-  coll::reduce(*impl_, send, recv, count, dtype, op, root);
+  run(*impl_,
+      {.kind = Kind::reduce, .send = send, .recv = recv, .count = count, .dtype = dtype, .op = op, .root = root});
 }
 void Communicator::alltoall(const void* send, void* recv, std::size_t count, DataType dtype) {
-  coll::alltoall(*impl_, send, recv, count, dtype);
+  run(*impl_, {.kind = Kind::alltoall, .send = send, .recv = recv, .count = count, .dtype = dtype});
 }
 void Communicator::send(const void* buf, std::size_t count, DataType dtype, int peer) {
-  coll::send(*impl_, buf, count, dtype, peer);
+  coll::transfer(*impl_, true, buf, count, dtype, peer, Mode::blocking);
 }
 void Communicator::recv(void* buf, std::size_t count, DataType dtype, int peer) {
-  coll::recv(*impl_, buf, count, dtype, peer);
+  coll::transfer(*impl_, false, buf, count, dtype, peer, Mode::blocking);
 }
-void Communicator::group_start() { coll::group_start(*impl_); }
-void Communicator::group_end() { coll::group_end(*impl_); }
+void Communicator::group_start() { coll::issued_calls(*impl_).group_start(); }
+void Communicator::group_end() { coll::issued_calls(*impl_).group_end(); }
 
 void Communicator::allreduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
                              void* stream) {
-  coll::allreduce_on(*impl_, send, recv, count, dtype, op, stream);
+  run(*impl_, {.kind = Kind::allreduce, .send = send, .recv = recv, .count = count, .dtype = dtype, .op = op,
+               .stream = stream});
 }
 void Communicator::broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root,
                              void* stream) {
-  coll::broadcast_on(*impl_, send, recv, count, dtype, root, stream);
+  run(*impl_, {.kind = Kind::broadcast, .send = send, .recv = recv, .count = count, .dtype = dtype, .root = root,
+               .stream = stream});
 }
 void Communicator::reduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op, int root,
                           void* stream) {
-  coll::reduce_on(*impl_, send, recv, count, dtype, op, root, stream);
+  run(*impl_, {.kind = Kind::reduce, .send = send, .recv = recv, .count = count, .dtype = dtype, .op = op,
+               .root = root, .stream = stream});
 }
 void Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType dtype, ReduceOp op,
                                   void* stream) {
-  coll::reduce_scatter_on(*impl_, send, recv, recv_count, dtype, op, stream);
+  run(*impl_, {.kind = Kind::reduce_scatter, .send = send, .recv = recv, .count = recv_count, .dtype = dtype,
+               .op = op, .stream = stream});
 }
 void Communicator::allgather(const void* send, void* recv, std::size_t send_count, DataType dtype, void* stream) {
-  coll::allgather_on(*impl_, send, recv, send_count, dtype, stream);
+  run(*impl_, {.kind = Kind::allgather, .send = send, .recv = recv, .count = send_count, .dtype = dtype,
+               .stream = stream});
 }
 
 Request Communicator::iallreduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op) {
-  return Request(coll::iallreduce(*impl_, send, recv, count, dtype, op));
+  return issue(*impl_, {.kind = Kind::allreduce, .send = send, .recv = recv, .count = count, .dtype = dtype, .op = op});
 }
 Request Communicator::ibroadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root) {
-  return Request(coll::ibroadcast(*impl_, send, recv, count, dtype, root));
+  return issue(*impl_, {.kind = Kind::broadcast, .send = send, .recv = recv, .count = count, .dtype = dtype,
+                        .root = root});
 }
-Request Communicator::ibarrier() { return Request(coll::ibarrier(*impl_)); }
+Request Communicator::ibarrier() { return issue(*impl_, {.kind = Kind::barrier}); }
 Request Communicator::ireduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType dtype,
                                       ReduceOp op) {
-  return Request(coll::ireduce_scatter(*impl_, send, recv, recv_count, dtype, op));
+  return issue(*impl_, {.kind = Kind::reduce_scatter, .send = send, .recv = recv, .count = recv_count,
+                        .dtype = dtype, .op = op});
 }
 Request Communicator::iallgather(const void* send, void* recv, std::size_t send_count, DataType dtype) {
-  return Request(coll::iallgather(*impl_, send, recv, send_count, dtype));
+  return issue(*impl_, {.kind = Kind::allgather, .send = send, .recv = recv, .count = send_count, .dtype = dtype});
 }
 Request Communicator::iallgatherv(const void* send, void* recv, std::span<const std::size_t> counts,
                                   std::span<const std::size_t> displs, DataType dtype) {
-  return Request(coll::iallgatherv(*impl_, send, recv, counts, displs, dtype));
+  return issue(*impl_, {.kind = Kind::allgatherv, .send = send, .recv = recv, .dtype = dtype, .counts = counts,
+                        .displs = displs});
 }
 Request Communicator::ireduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
                               int root) {
-  return Request(coll::ireduce(*impl_, send, recv, count, dtype, op, root));
+  return issue(*impl_, {.kind = Kind::reduce, .send = send, .recv = recv, .count = count, .dtype = dtype, .op = op,
+                        .root = root});
 }
 Request Communicator::ialltoall(const void* send, void* recv, std::size_t count, DataType dtype) {
-  return Request(coll::ialltoall(*impl_, send, recv, count, dtype));
+  return issue(*impl_, {.kind = Kind::alltoall, .send = send, .recv = recv, .count = count, .dtype = dtype});
 }
 Request Communicator::isend(const void* buf, std::size_t count, DataType dtype, int peer) {
-  return Request(coll::isend(*impl_, buf, count, dtype, peer));
+  return Request(coll::transfer(*impl_, true, buf, count, dtype, peer, Mode::nonblocking));
 }
 Request Communicator::irecv(void* buf, std::size_t count, DataType dtype, int peer) {
-  return Request(coll::irecv(*impl_, buf, count, dtype, peer));
+  return Request(coll::transfer(*impl_, false, buf, count, dtype, peer, Mode::nonblocking));
 }
 
 }  // namespace antdt

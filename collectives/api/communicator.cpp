@@ -24,17 +24,24 @@ int Communicator::size() const noexcept { return impl_->size(); }
 std::string_view Communicator::transport_name() const noexcept { return impl_->transport().name(); }
 
 void Communicator::allreduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op) {
-  coll::allreduce(*impl_, send, recv, count, dtype, op);
+  coll::execute(*impl_, {.kind = coll::Kind::allreduce, .send = send, .recv = recv, .count = count, .dtype = dtype,
+                         .op = op},
+                coll::Mode::blocking);
 }
 void Communicator::broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root) {
-  coll::broadcast(*impl_, send, recv, count, dtype, root);
+  coll::execute(*impl_, {.kind = coll::Kind::broadcast, .send = send, .recv = recv, .count = count, .dtype = dtype,
+                         .root = root},
+                coll::Mode::blocking);
 }
-void Communicator::barrier() { coll::barrier(*impl_); }
+void Communicator::barrier() { coll::execute(*impl_, {.kind = coll::Kind::barrier}, coll::Mode::blocking); }
 void Communicator::abort(std::string_view reason) noexcept { impl_->abort(reason); }
 
 PartialResult Communicator::partial_allreduce(const void* send, void* recv, std::size_t count, DataType dtype,
                                               ReduceOp op, const PartialOptions& opts) {
-  return coll::partial_allreduce(*impl_, send, recv, count, dtype, op, opts);
+  return coll::execute(*impl_, {.kind = coll::Kind::partial, .send = send, .recv = recv, .count = count, .dtype = dtype,
+                                .op = op, .partial = &opts},
+                       coll::Mode::partial)
+      .partial;
 }
 PartialResult Communicator::partial_finish() { return coll::partial_finish(*impl_); }
 StragglerClass Communicator::straggler_class(int rank) const { return coll::straggler_class(*impl_, rank); }

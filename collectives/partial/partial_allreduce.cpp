@@ -18,7 +18,8 @@
 #include "collectives/collectives.hpp"
 #include "collectives/device/device_collectives.hpp"
 #include "collectives/partial/partial_step.hpp"
-#include "collectives/suite.hpp"
+#include "collectives/issued_calls.hpp"
+#include "collectives/selection.hpp"
 #include "collectives/telemetry/step_timing.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
@@ -188,14 +189,22 @@ void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision
     } else if (sig.op != ReduceOp::avg || equal_weights) {
       // With every rank and equal weights, the algorithm a plain allreduce
       // would choose: the result is then bit-identical to it (invariant 5).
-      const bool everyone = static_cast<int>(members.size()) == comm.size();
       // (Shared memory only with every rank: its rounds must be the same on all.)
-      if (everyone && use_shm_allreduce(comm, bytes) && shm_ready(ring, detail::ShmArea::mailbox))
+      SelectionInput input = selection_input(comm, Kind::partial, count, sig.dtype);
+      input.everyone = static_cast<int>(members.size()) == comm.size();
+      Algo algo = select_algorithm(input).algo;
+      if ((algo == Algo::shm && !shm_ready(ring, detail::ShmArea::mailbox)) ||
+          (algo == Algo::shm_bulk && !shm_ready(ring, detail::ShmArea::bulk))) {
+        // The ranks cannot share memory (every rank learnt it just now): the
+        // rows without shared memory choose.
+        input.mailbox_usable = input.bulk_usable = false;
+        algo = select_algorithm(input).algo;
+      }
+      if (algo == Algo::shm)
         allreduce_shm(ring, send, own_result, count, sig.dtype, sig.op);
-      else if (everyone && use_shm_bulk_allreduce(comm, bytes) && shm_ready(ring, detail::ShmArea::bulk))
+      else if (algo == Algo::shm_bulk)
         allreduce_shm_bulk(ring, send, own_result, count, sig.dtype, sig.op);
-      else if (everyone && allreduce_algorithm(count, sig.dtype, comm.size(), comm.config().allreduce_algo) ==
-                               Algo::recursive_doubling)
+      else if (algo == Algo::recursive_doubling)
         allreduce_recursive_doubling(ring, send, own_result, count, sig.dtype, sig.op);
       else
         allreduce_ring(ring, send, own_result, count, sig.dtype, sig.op, members);
@@ -231,10 +240,10 @@ void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision
 
 }  // namespace
 
+// The host partial AllReduce: the device path (coll::execute, Mode::partial,
+// on device buffers) stages the buffers and runs this on host views.
 PartialResult partial_allreduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count,
                                 DataType dtype, ReduceOp op, const PartialOptions& opts) {
-  // Device buffers: staged whole through host memory around this same call.
-  if (device::is_device_call(send, recv)) return device::partial_allreduce(comm, send, recv, count, dtype, op, opts);
   return partial_step(comm, send, recv, count, dtype, op, opts, PartialStepKind{});
 }
 

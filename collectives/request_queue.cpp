@@ -1,6 +1,8 @@
-// Per-communicator suite state and the queue of non-blocking collectives.
-#include "collectives/suite.hpp"
+// The queue of non-blocking collectives and its progress thread
+// (collectives/request_queue.hpp).
+#include "collectives/request_queue.hpp"
 
+#include "collectives/execute.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 
@@ -9,46 +11,37 @@
 
 namespace antdt::coll {
 
-// ---------------------------------------------------------------------------
-// Requests
-// ---------------------------------------------------------------------------
-void RequestBase::finish(std::exception_ptr error) noexcept {
-  error_ = std::move(error);
-  finished_.store(true, std::memory_order_release);
-}
-
-void RequestBase::rethrow_if_failed() const {
-  if (error_) std::rethrow_exception(error_);
-}
-
-std::exception_ptr RequestBase::detached_error() noexcept {
-  return std::make_exception_ptr(
-      InvalidArgument("request used after its communicator was destroyed before the operation completed"));
+void QueuedCollective::release() noexcept {
+  collective_ = DeferredCollective{};
+  closure_ = nullptr;
 }
 
 void QueuedCollective::run_now() noexcept {
   std::exception_ptr error;
   try {
-    run_();
+    if (closure_)
+      closure_();
+    else
+      coll::run_now(queue_->comm(), collective_.args());
   } catch (...) {
     error = std::current_exception();
   }
   // Released before the outcome is published: once a waiter sees it, the
   // progress thread no longer touches this request.
-  run_ = nullptr;  // releases what the closure holds (v-variant counts)
+  release();
   finish(std::move(error));
 }
 
 void QueuedCollective::wait() {
   if (!finished()) {
-    ANTDT_ASSERT(suite_ != nullptr);
-    suite_->run_queued(this);
+    ANTDT_ASSERT(queue_ != nullptr);
+    queue_->run_queued(this);
   }
   rethrow_if_failed();
 }
 
 bool QueuedCollective::test() {
-  if (suite_ != nullptr && suite_->background()) {
+  if (queue_ != nullptr && queue_->background()) {
     if (!finished()) return false;
     rethrow_if_failed();
     return true;
@@ -58,23 +51,15 @@ bool QueuedCollective::test() {
 }
 
 void QueuedCollective::detach() noexcept {
-  suite_ = nullptr;
+  queue_ = nullptr;
   if (!finished_) finish(detached_error());
-  run_ = nullptr;
+  release();
 }
 
-// ---------------------------------------------------------------------------
-// Suite state
-// ---------------------------------------------------------------------------
-SuiteState::SuiteState(detail::CommImpl& comm)
-    : comm_(comm),
-      background_(comm.config().progress_thread),
-      sends_to_(static_cast<std::size_t>(comm.size()), 0),
-      recvs_from_(static_cast<std::size_t>(comm.size()), 0) {}
+RequestQueue::RequestQueue(detail::CommImpl& comm) : comm_(comm), background_(comm.config().progress_thread) {}
 
-SuiteState::~SuiteState() {
-  // Everything issued runs before the communicator goes (every rank issued
-  // it, so the peers expect it); after a failure the rest fail at once.
+RequestQueue::~RequestQueue() {
+  // After a failure the rest fail at once.
   if (worker_.joinable()) {
     {
       std::lock_guard lock(mu_);
@@ -87,18 +72,24 @@ SuiteState::~SuiteState() {
   // touch it (transfers in flight are cancelled while the transport lives).
   for (auto& weak : live_)
     if (auto request = weak.lock()) request->detach();
-  for (auto& transfer : group_transfers_) transfer->detach();
 }
 
-void SuiteState::track(const std::shared_ptr<detail::RequestState>& request) {
+void RequestQueue::track(const std::shared_ptr<detail::RequestState>& request) {
   // Forget requests nobody holds any more, so the list stays as long as the live ones.
   if (live_.size() >= 16 && live_.size() == live_.capacity())
     std::erase_if(live_, [](const auto& weak) { return weak.expired(); });
   live_.push_back(request);
 }
 
-std::shared_ptr<detail::RequestState> SuiteState::enqueue(std::function<void()> run, const char* what) {
-  auto request = std::make_shared<QueuedCollective>(*this, std::move(run), what, issued_ + 1);
+std::shared_ptr<QueuedCollective> RequestQueue::enqueue(DeferredCollective collective, const char* what) {
+  return push(std::make_shared<QueuedCollective>(*this, std::move(collective), what, issued_ + 1));
+}
+
+std::shared_ptr<QueuedCollective> RequestQueue::enqueue(std::function<void()> closure, const char* what) {
+  return push(std::make_shared<QueuedCollective>(*this, std::move(closure), what, issued_ + 1));
+}
+
+std::shared_ptr<QueuedCollective> RequestQueue::push(std::shared_ptr<QueuedCollective> request) {
   track(request);
   if (!background_) {
     ++issued_;
@@ -115,7 +106,7 @@ std::shared_ptr<detail::RequestState> SuiteState::enqueue(std::function<void()> 
   return request;
 }
 
-void SuiteState::progress_loop() noexcept {
+void RequestQueue::progress_loop() noexcept {
   log::set_thread_rank(comm_.rank());
   std::unique_lock lock(mu_);
   for (;;) {
@@ -134,7 +125,7 @@ void SuiteState::progress_loop() noexcept {
   }
 }
 
-void SuiteState::run_queued(const QueuedCollective* last) {
+void RequestQueue::run_queued(const QueuedCollective* last) {
   if (!background_) {
     while (!queue_.empty()) {
       std::shared_ptr<QueuedCollective> next = std::move(queue_.front());
@@ -165,7 +156,7 @@ void SuiteState::run_queued(const QueuedCollective* last) {
   }
 }
 
-void SuiteState::fail_wait(const QueuedCollective* last) {
+void RequestQueue::fail_wait(const QueuedCollective* last) {
   std::uint64_t at = 0;
   {
     std::lock_guard lock(mu_);
@@ -183,28 +174,6 @@ void SuiteState::fail_wait(const QueuedCollective* last) {
   comm_.mark_failed(Status::timeout, reason);
   comm_.transport().abort(static_cast<int>(Status::timeout), reason);
   throw_status(Status::timeout, reason);
-}
-
-std::shared_ptr<Transfer> SuiteState::post_transfer(bool is_send, std::span<std::byte> payload, std::size_t count,
-                                                    DataType dtype, int peer) {
-  const std::uint64_t seq = is_send ? next_send_seq(peer) : next_recv_seq(peer);
-  auto transfer = std::make_shared<Transfer>(comm_, is_send, payload, count, dtype, peer, seq);
-  track(transfer);
-  return transfer;
-}
-
-SuiteState& suite(detail::CommImpl& comm) {
-  auto& state = comm.collective_state();
-  if (!state) state = std::make_unique<SuiteState>(comm);
-  return static_cast<SuiteState&>(*state);
-}
-
-void drain_queue(detail::CommImpl& comm) {
-  // Caller mode: nothing runs alongside the caller, and partial steps keep
-  // their old rule (they do not run queued collectives first).
-  if (!comm.collective_state()) return;
-  SuiteState& state = suite(comm);
-  if (state.background()) state.run_queued();
 }
 
 }  // namespace antdt::coll

@@ -1,4 +1,4 @@
-// Point-to-point send/recv on a communicator.
+// Point-to-point send/recv on a communicator (collectives/transfer.hpp).
 //
 // A transfer is one message with its own tag kind (point_to_point), so it never
 // matches a collective's receives, and a sequence number counted per peer and
@@ -6,8 +6,10 @@
 // transports match per sender and tag in send order). The header carries the
 // (count, dtype) signature, so a receive of a different size or type is a
 // MismatchError on every rank, like a mismatched collective.
-#include "collectives/suite.hpp"
+#include "collectives/transfer.hpp"
 
+#include "collectives/checks.hpp"
+#include "collectives/issued_calls.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 
@@ -81,10 +83,10 @@ void Transfer::detach() noexcept {
   if (!finished_) finish(detached_error());
 }
 
+namespace {
+
 void transfer_now(detail::CommImpl& comm, bool is_send, std::span<std::byte> payload, std::size_t count,
-                  DataType dtype, int peer) {
-  SuiteState& state = suite(comm);
-  const std::uint64_t seq = is_send ? state.next_send_seq(peer) : state.next_recv_seq(peer);
+                  DataType dtype, int peer, std::uint64_t seq) {
   detail::OpSlot slot;
   slot.completion.state.store(transport::State::done);
   Call call(comm, transfer_signature(count, dtype), seq, std::span(&slot, 1));
@@ -93,6 +95,33 @@ void transfer_now(detail::CommImpl& comm, bool is_send, std::span<std::byte> pay
   else
     call.recv(0, peer, payload);
   call.wait(0);
+}
+
+std::shared_ptr<Transfer> post_transfer(IssuedCalls& issued, bool is_send, std::span<std::byte> payload,
+                                        std::size_t count, DataType dtype, int peer) {
+  const std::uint64_t seq = issued.sequences().next(is_send, peer);
+  auto posted = std::make_shared<Transfer>(issued.comm(), is_send, payload, count, dtype, peer, seq);
+  issued.requests().track(posted);
+  return posted;
+}
+
+}  // namespace
+
+std::shared_ptr<detail::RequestState> transfer(detail::CommImpl& comm, bool is_send, const void* buf,
+                                               std::size_t count, DataType dtype, int peer, Mode mode) {
+  const bool nonblocking = mode == Mode::nonblocking;
+  const char* what = is_send ? (nonblocking ? "isend" : "send") : (nonblocking ? "irecv" : "recv");
+  check_transfer(comm, buf, count, dtype, peer, what);
+  // The transport only reads a send's payload.
+  std::span<std::byte> payload(static_cast<std::byte*>(const_cast<void*>(buf)), count * dtype_size(dtype));
+  IssuedCalls& issued = issued_calls(comm);
+  if (nonblocking) return post_transfer(issued, is_send, payload, count, dtype, peer);
+  if (issued.in_group()) {
+    issued.record(post_transfer(issued, is_send, payload, count, dtype, peer));
+    return nullptr;
+  }
+  transfer_now(comm, is_send, payload, count, dtype, peer, issued.sequences().next(is_send, peer));
+  return nullptr;
 }
 
 }  // namespace antdt::coll

@@ -1,0 +1,174 @@
+// The algorithm choice (collectives/selection.hpp): the table and its
+// conditions. Uses collectives/selection.hpp, the communicator, core/dtype.hpp
+// and core/log.hpp (the TRACE line).
+#include "collectives/selection.hpp"
+
+#include "core/dtype.hpp"
+#include "core/log.hpp"
+
+#include <array>
+#include <cstdint>
+#include <limits>
+
+namespace antdt::coll {
+namespace {
+
+// The model behind ANTDT_ALGO=auto, in picoseconds: a step (one message's
+// latency, header checks and wake-up) and the per-byte costs of moving and of
+// reducing data through memory.
+constexpr std::uint64_t kAlphaPs = 3'000'000;
+constexpr std::uint64_t kBetaPsPerByte = 200;
+constexpr std::uint64_t kGammaPsPerByte = 200;
+
+bool shm_not_forced_off(const SelectionInput& in) {
+  return in.nranks > 1 && (in.forced == AllreduceAlgo::automatic || in.forced == AllreduceAlgo::shm);
+}
+
+struct Row {
+  Kind kind;
+  bool (*when)(const SelectionInput&);
+  Algo algo;
+  Algo fallback;  // Selection::fallback
+  const char* collective;
+  const char* reason;
+};
+
+// First match wins, per collective. A partial step (Kind::partial) reads its
+// own rows, then the AllReduce's: with every rank contributing it chooses what
+// the plain AllReduce would, so its result is bit-identical (docs/partial.md,
+// invariant 5). ANTDT_ALGO=shm beyond the shared-memory rows' reach counts as auto.
+constexpr Row kRows[] = {
+    {Kind::partial, [](const SelectionInput& in) { return !in.everyone; }, Algo::ring, Algo::none,
+     "partial_allreduce", "not every rank contributes to this step: the ring among the contributors"},
+    {Kind::allreduce,
+     [](const SelectionInput& in) {
+       return shm_not_forced_off(in) && in.mailbox_usable && in.shm_max_bytes > 0 && in.bytes <= in.shm_max_bytes;
+     },
+     Algo::shm, Algo::recursive_doubling, "allreduce",
+     "at most ANTDT_SHM_MAX_BYTES and the mailbox usable or not tried: the shared-memory mailbox"},
+    {Kind::allreduce,
+     [](const SelectionInput& in) {
+       return shm_not_forced_off(in) && in.bulk_usable && in.shm_bulk_bytes > 0 && in.bytes > in.shm_max_bytes;
+     },
+     Algo::shm_bulk, Algo::ring, "allreduce",
+     "above ANTDT_SHM_MAX_BYTES, ANTDT_SHM_BULK_BYTES not 0 and the bulk area usable or not tried: the "
+     "shared-memory bulk area"},
+    {Kind::allreduce, [](const SelectionInput& in) { return in.forced == AllreduceAlgo::ring; }, Algo::ring,
+     Algo::none, "allreduce", "ANTDT_ALGO=ring"},
+    {Kind::allreduce, [](const SelectionInput& in) { return in.forced == AllreduceAlgo::recursive_doubling; },
+     Algo::recursive_doubling, Algo::none, "allreduce", "ANTDT_ALGO=recursive_doubling"},
+    {Kind::allreduce,
+     [](const SelectionInput& in) {
+       return in.nranks > 1 && in.count <= recursive_doubling_max_bytes(in.nranks) / dtype_size(in.dtype);
+     },
+     Algo::recursive_doubling, Algo::none, "allreduce",
+     "at most recursive_doubling_max_bytes(ranks) (the alpha-beta-gamma model's crossover)"},
+    {Kind::allreduce, [](const SelectionInput&) { return true; }, Algo::ring, Algo::none, "allreduce",
+     "above the crossover (or one rank)"},
+    {Kind::broadcast, [](const SelectionInput& in) { return in.bytes <= kBroadcastTreeMaxBytes; },
+     Algo::binomial_tree, Algo::none, "broadcast", "at most 64 KiB: log2(ranks) latency"},
+    {Kind::broadcast, [](const SelectionInput&) { return true; }, Algo::chain, Algo::none, "broadcast",
+     "above 64 KiB: pipelined"},
+    {Kind::reduce, [](const SelectionInput& in) { return in.bytes <= kReduceTreeMaxBytes; }, Algo::binomial_tree,
+     Algo::none, "reduce", "at most 64 KiB: log2(ranks) latency"},
+    {Kind::reduce, [](const SelectionInput&) { return true; }, Algo::chain, Algo::none, "reduce",
+     "above 64 KiB: pipelined"},
+    {Kind::reduce_scatter, [](const SelectionInput&) { return true; }, Algo::ring, Algo::none, "reduce_scatter",
+     "the only one"},
+    {Kind::allgather, [](const SelectionInput&) { return true; }, Algo::ring, Algo::none, "allgather",
+     "the only one"},
+    {Kind::allgatherv, [](const SelectionInput&) { return true; }, Algo::ring, Algo::none, "allgatherv",
+     "the only one"},
+    {Kind::alltoall, [](const SelectionInput&) { return true; }, Algo::pairwise, Algo::none, "alltoall",
+     "the only one"},
+    {Kind::barrier, [](const SelectionInput&) { return true; }, Algo::dissemination, Algo::none, "barrier",
+     "the only one"},
+};
+
+bool applies(const Row& row, Kind kind) {
+  return row.kind == kind || (kind == Kind::partial && row.kind == Kind::allreduce);
+}
+
+const char* algorithm_name(Algo a) {
+  switch (a) {
+    case Algo::none: return "none";
+    case Algo::ring: return "ring";
+    case Algo::chain: return "chain";
+    case Algo::binomial_tree: return "binomial-tree";
+    case Algo::dissemination: return "dissemination";
+    case Algo::recursive_doubling: return "recursive-doubling";
+    case Algo::pairwise: return "pairwise";
+    case Algo::shm: return "shared-memory";
+    case Algo::shm_bulk: return "shared-memory-bulk";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::size_t recursive_doubling_max_bytes(int nranks) {
+  if (nranks < 2) return 0;
+  const auto n = static_cast<std::uint64_t>(nranks);
+  std::uint64_t p = 1, log2p = 0;
+  while (p * 2 <= n) {
+    p *= 2;
+    ++log2p;
+  }
+  const std::uint64_t fold = n != p ? 1 : 0;
+  const std::uint64_t rd_steps = log2p + 2 * fold;
+  const std::uint64_t rd_reductions = log2p + fold;
+  const std::uint64_t ring_steps = 2 * (n - 1);
+  if (ring_steps <= rd_steps) return 0;
+  // Per-byte costs, times n (the ring's are multiples of 1/n).
+  const std::uint64_t rd_per_byte = n * (rd_steps * kBetaPsPerByte + rd_reductions * kGammaPsPerByte);
+  const std::uint64_t ring_per_byte = 2 * (n - 1) * kBetaPsPerByte + (n - 1) * kGammaPsPerByte;
+  if (rd_per_byte <= ring_per_byte) return std::numeric_limits<std::size_t>::max();
+  return static_cast<std::size_t>((ring_steps - rd_steps) * kAlphaPs * n / (rd_per_byte - ring_per_byte));
+}
+
+SelectionInput selection_input(const detail::CommImpl& comm, Kind kind, std::size_t count, DataType dtype) {
+  const Config& cfg = comm.config();
+  SelectionInput in;
+  in.kind = kind;
+  in.count = count;
+  in.dtype = dtype;
+  in.bytes = count * dtype_size(dtype);
+  in.nranks = comm.size();
+  in.forced = cfg.allreduce_algo;
+  in.shm_max_bytes = cfg.shm_max_bytes;
+  in.shm_bulk_bytes = cfg.shm_bulk_bytes;
+  in.mailbox_usable = !comm.shm_tried(detail::ShmArea::mailbox) || comm.shm(detail::ShmArea::mailbox) != nullptr;
+  in.bulk_usable = !comm.shm_tried(detail::ShmArea::bulk) || comm.shm(detail::ShmArea::bulk) != nullptr;
+  return in;
+}
+
+Selection select_algorithm(const SelectionInput& in) {
+  for (std::size_t i = 0; i < std::size(kRows); ++i) {
+    const Row& row = kRows[i];
+    if (!applies(row, in.kind) || !row.when(in)) continue;
+    ANTDT_TRACE(row.collective, " of ", in.count, " x ", dtype_name(in.dtype), " (", in.bytes, " bytes) on ",
+                in.nranks, " ranks: ", algorithm_name(row.algo), " (row ", i, ": ", row.reason, ")");
+    return Selection{row.algo, row.fallback, static_cast<int>(i), row.reason};
+  }
+  raise<InternalError>("select_algorithm: no row for call kind ", static_cast<int>(in.kind));
+}
+
+Algo allreduce_algorithm(std::size_t count, DataType dtype, int nranks, AllreduceAlgo forced) {
+  SelectionInput in;  // no shared memory
+  in.count = count;
+  in.dtype = dtype;
+  in.bytes = count * dtype_size(dtype);
+  in.nranks = nranks;
+  in.forced = forced;
+  return select_algorithm(in).algo;
+}
+
+bool use_shm_pushpull(const detail::CommImpl& comm) {
+  const AllreduceAlgo algo = comm.config().allreduce_algo;
+  const bool usable =
+      !comm.shm_tried(detail::ShmArea::pushpull) || comm.shm(detail::ShmArea::pushpull) != nullptr;
+  return comm.config().shm_bulk_bytes > 0 && (algo == AllreduceAlgo::automatic || algo == AllreduceAlgo::shm) &&
+         comm.size() > 1 && usable;
+}
+
+}  // namespace antdt::coll
