@@ -1,6 +1,7 @@
 #include "core/shm_channel.hpp"
 
 #include "core/error.hpp"
+#include "core/hash.hpp"
 
 #include <cerrno>
 #include <climits>
@@ -24,14 +25,6 @@ constexpr std::uint64_t kMagic = 0x414e544454534d31ULL;  // "ANTDTSM1"
 constexpr std::size_t kLine = 64;
 
 constexpr std::size_t round_up(std::size_t n, std::size_t to) noexcept { return (n + to - 1) / to * to; }
-
-std::uint64_t fnv1a(std::string_view text, std::uint64_t h = 0xcbf29ce484222325ULL) noexcept {
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
-  }
-  return h;
-}
 
 // The futex word is the low half of the stamp: a reader sleeps while it still
 // holds the value it saw, and every publish changes it (stamps only grow).
@@ -73,7 +66,7 @@ NodeKey NodeKey::local() {
   if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
   std::string boot_id;
   std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
-  key.host = fnv1a(boot_id, fnv1a(host));
+  key.host = hash::mix_text(hash::mix_text(hash::kSeed, host), boot_id);
   struct stat st {};
   if (::stat("/proc/self/ns/ipc", &st) == 0) key.ipc_ns = static_cast<std::uint64_t>(st.st_ino);
   key.uid = static_cast<std::uint64_t>(::geteuid());
