@@ -27,7 +27,10 @@ constexpr std::size_t kReceiveSlots = 4;
 // How many allgather receives (straight into the user buffer) may be posted ahead.
 constexpr std::size_t kAllgatherWindow = 8;
 
-struct Layout {
+// The ring's chunk geometry: the tensor's `count` elements cut into n
+// segments (one per ring position, sizes differing by at most one), each
+// segment cut into chunks of at most chunk_elems, the unit of one message.
+struct RingChunks {
   std::size_t n, count, esize, chunk_elems;
 
   std::size_t seg_begin(std::size_t seg) const { return count / n * seg + std::min(seg, count % n); }
@@ -71,7 +74,7 @@ void allreduce_ring(Call& call, const std::byte* send, std::byte* recv, std::siz
   };
   const std::size_t esize = dtype_size(dtype);
   const std::size_t chunk_bytes = std::max<std::size_t>(esize, call.config().chunk_bytes);
-  const Layout L{n, count, esize, std::max<std::size_t>(1, chunk_bytes / esize)};
+  const RingChunks ring{n, count, esize, std::max<std::size_t>(1, chunk_bytes / esize)};
   const int right = rank_at((r + 1) % n);
   const int left = rank_at((r + n - 1) % n);
   const std::size_t steps = 2 * (n - 1);
@@ -80,15 +83,15 @@ void allreduce_ring(Call& call, const std::byte* send, std::byte* recv, std::siz
 
   // Operation numbering in the call's pool: receives first, then sends.
   std::size_t total_recvs = 0;
-  for (std::size_t s = 0; s < steps; ++s) total_recvs += L.chunks(recv_seg(s));
+  for (std::size_t s = 0; s < steps; ++s) total_recvs += ring.chunks(recv_seg(s));
   auto send_index = [&](std::size_t step, std::size_t chunk) {
     // Sends at step s carry the chunks of send_seg(s); number them in walk order.
     std::size_t idx = total_recvs;
-    for (std::size_t t = 0; t < step; ++t) idx += L.chunks(send_seg(t));
+    for (std::size_t t = 0; t < step; ++t) idx += ring.chunks(send_seg(t));
     return idx + chunk;
   };
 
-  const std::size_t slot_elems = std::min(L.chunk_elems, L.seg_elems(0));
+  const std::size_t slot_elems = std::min(ring.chunk_elems, ring.seg_elems(0));
   auto slots = memory.scratch(call, kReceiveSlots * std::max<std::size_t>(1, slot_elems) * esize);
   auto bytes_at = [&](const std::byte* base, std::size_t elem, std::size_t elems) {
     return std::span(base + elem * esize, elems * esize);
@@ -100,14 +103,14 @@ void allreduce_ring(Call& call, const std::byte* send, std::byte* recv, std::siz
   // Step 0 sends come straight from the caller's input.
   {
     const std::size_t seg = send_seg(0);
-    for (std::size_t c = 0; c < L.chunks(seg); ++c)
-      call.send(send_index(0, c), right, bytes_at(send, L.chunk_begin(seg, c), L.chunk_elems_of(seg, c)));
+    for (std::size_t c = 0; c < ring.chunks(seg); ++c)
+      call.send(send_index(0, c), right, bytes_at(send, ring.chunk_begin(seg, c), ring.chunk_elems_of(seg, c)));
   }
 
   Cursor posted, processed;
   auto advance = [&](Cursor& cur) {
     ++cur.index;
-    if (++cur.chunk == L.chunks(recv_seg(cur.step))) {
+    if (++cur.chunk == ring.chunks(recv_seg(cur.step))) {
       cur.chunk = 0;
       ++cur.step;
     }
@@ -117,8 +120,8 @@ void allreduce_ring(Call& call, const std::byte* send, std::byte* recv, std::siz
   auto post_receives = [&] {
     while (posted.index < total_recvs) {
       const std::size_t seg = recv_seg(posted.step);
-      const std::size_t begin = L.chunk_begin(seg, posted.chunk);
-      const std::size_t elems = L.chunk_elems_of(seg, posted.chunk);
+      const std::size_t begin = ring.chunk_begin(seg, posted.chunk);
+      const std::size_t elems = ring.chunk_elems_of(seg, posted.chunk);
       if (posted.step < n - 1) {
         if (posted.index - processed.index >= kReceiveSlots) return;
         auto slot = slots.subspan((posted.index % kReceiveSlots) * slot_elems * esize, elems * esize);
@@ -131,7 +134,7 @@ void allreduce_ring(Call& call, const std::byte* send, std::byte* recv, std::siz
         if (!reduce_sends_drained) {
           if (processed.step < n - 1) return;
           for (std::size_t s = 0; s < n - 1; ++s)
-            for (std::size_t c = 0; c < L.chunks(send_seg(s)); ++c) call.wait(send_index(s, c));
+            for (std::size_t c = 0; c < ring.chunks(send_seg(s)); ++c) call.wait(send_index(s, c));
           reduce_sends_drained = true;
         }
         call.recv(posted.index, left, mut_bytes_at(recv, begin, elems));
@@ -145,8 +148,8 @@ void allreduce_ring(Call& call, const std::byte* send, std::byte* recv, std::siz
     call.wait(processed.index);
     const std::size_t s = processed.step;
     const std::size_t seg = recv_seg(s);
-    const std::size_t begin = L.chunk_begin(seg, processed.chunk);
-    const std::size_t elems = L.chunk_elems_of(seg, processed.chunk);
+    const std::size_t begin = ring.chunk_begin(seg, processed.chunk);
+    const std::size_t elems = ring.chunk_elems_of(seg, processed.chunk);
     auto dst = mut_bytes_at(recv, begin, elems);
     if (s < n - 1) {
       auto slot = slots.subspan((processed.index % kReceiveSlots) * slot_elems * esize, elems * esize);

@@ -46,7 +46,7 @@ const char* area_name(ShmArea area) {
 }
 
 // Rank 0's side of the set-up. Returns the channel when every rank mapped it.
-std::unique_ptr<ShmChannel> set_up_root(Call& call, const ShmChannel::Layout& layout, ShmArea area) {
+std::unique_ptr<ShmChannel> set_up_root(Call& call, const ShmChannel::SegmentShape& shape, ShmArea area) {
   const int n = call.size();
   const NodeKey mine = NodeKey::local();
   std::vector<NodeKey> keys(static_cast<std::size_t>(n));
@@ -60,7 +60,7 @@ std::unique_ptr<ShmChannel> set_up_root(Call& call, const ShmChannel::Layout& la
   if (same_node) {
     const std::string name = ShmChannel::make_name(call.comm().id());
     try {
-      channel = ShmChannel::create(name, layout, 0);
+      channel = ShmChannel::create(name, shape, 0);
       offer[0] = 1;
       std::memcpy(offer.data() + 1, name.data(), std::min(name.size(), kNameBytes - 2));
     } catch (const TransportError& e) {
@@ -81,7 +81,7 @@ std::unique_ptr<ShmChannel> set_up_root(Call& call, const ShmChannel::Layout& la
   return channel;
 }
 
-std::unique_ptr<ShmChannel> set_up_peer(Call& call, const ShmChannel::Layout& layout, ShmArea area) {
+std::unique_ptr<ShmChannel> set_up_peer(Call& call, const ShmChannel::SegmentShape& shape, ShmArea area) {
   const NodeKey mine = NodeKey::local();
   std::size_t index = 0;
   call.send(index++, 0, as_bytes_of(mine));
@@ -91,7 +91,7 @@ std::unique_ptr<ShmChannel> set_up_peer(Call& call, const ShmChannel::Layout& la
   if (offer[0] == 1) {
     offer.back() = '\0';
     try {
-      channel = ShmChannel::open(std::string(offer.data() + 1), layout, call.rank());
+      channel = ShmChannel::open(std::string(offer.data() + 1), shape, call.rank());
     } catch (const TransportError& e) {
       ANTDT_INFO("shared-memory ", area_name(area), " unavailable: ", e.what());
     }
@@ -107,7 +107,7 @@ std::unique_ptr<ShmChannel> set_up_peer(Call& call, const ShmChannel::Layout& la
 
 }  // namespace
 
-ShmChannel::Layout shm_layout(const Call& call, ShmArea area) {
+ShmChannel::SegmentShape shm_segment_shape(const Call& call, ShmArea area) {
   const Config& cfg = call.config();
   // The mailbox needs two slots (round parity); the bulk area three, because a
   // rank stages block k + 1 while peers may still read block k - 1
@@ -119,11 +119,11 @@ ShmChannel::Layout shm_layout(const Call& call, ShmArea area) {
 bool shm_ready(Call& call, ShmArea area) {
   detail::CommImpl& comm = call.comm();
   if (!comm.shm_tried(area)) {
-    const ShmChannel::Layout layout = shm_layout(call, area);
-    comm.set_shm(area, call.rank() == 0 ? set_up_root(call, layout, area) : set_up_peer(call, layout, area));
+    const ShmChannel::SegmentShape shape = shm_segment_shape(call, area);
+    comm.set_shm(area, call.rank() == 0 ? set_up_root(call, shape, area) : set_up_peer(call, shape, area));
     call.set_index_base(call.next_free_index());
     ANTDT_INFO("shared-memory ", area_name(area), comm.shm(area) ? " enabled" : " not available", " for ",
-               call.size(), " ranks (", layout.slots, " slots of ", layout.slot_bytes, " bytes per rank)");
+               call.size(), " ranks (", shape.slots, " slots of ", shape.slot_bytes, " bytes per rank)");
   }
   return comm.shm(area) != nullptr;
 }

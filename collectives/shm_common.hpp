@@ -12,7 +12,7 @@
 namespace antdt::coll {
 
 // The channel's shape for `area` under the communicator's configuration.
-detail::ShmChannel::Layout shm_layout(const Call& call, detail::ShmArea area);
+detail::ShmChannel::SegmentShape shm_segment_shape(const Call& call, detail::ShmArea area);
 
 // Sets the communicator's channel for `area` up on first use, as part of
 // `call` (every rank must call it in the same call), and says whether it is

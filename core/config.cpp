@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "core/inject.hpp"
+#include "core/printable.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -48,24 +49,6 @@ std::string_view trim(std::string_view s) {
 std::string to_lower(std::string_view s) {
   std::string out(s);
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-// The value as it appears in an error message: control characters escaped so a
-// stray byte cannot garble the terminal or the log.
-std::string printable(std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) {
-      out += "\\x";
-      out += kHex[u >> 4];
-      out += kHex[u & 0xf];
-    } else {
-      out += c;
-    }
-  }
   return out;
 }
 

@@ -1,12 +1,15 @@
 // The library's one non-cryptographic hash: a 64-bit value built from 64-bit
-// words, the same in every process and build (ranks compare such hashes to
-// check that they agree: call signatures, push-pull partitions, v-counts,
-// shared-memory segment names). Not for anything an attacker chooses to
-// collide: the bootstrap and the coordinator authenticate with HMAC (OpenSSL).
+// words (or text), the same in every process and build (ranks compare such
+// hashes to check that they agree: call signatures, push-pull partitions,
+// v-counts, shared-memory segment names, node keys). Not for anything an
+// attacker chooses to collide: the bootstrap and the coordinator authenticate
+// with HMAC (OpenSSL).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 namespace antdt::hash {
 
@@ -30,6 +33,24 @@ constexpr std::uint64_t mix(std::uint64_t h, std::uint64_t v) noexcept {
 constexpr std::uint64_t mix(std::uint64_t h, std::span<const std::uint64_t> words) noexcept {
   for (std::uint64_t w : words) h = mix(h, w);
   return h;
+}
+
+// Folds the bytes of `text` into h, eight to a word (the first byte least
+// significant, the last word padded with zeros), then the length, so that
+// texts differing only by trailing zero bytes still hash apart.
+constexpr std::uint64_t mix_text(std::uint64_t h, std::string_view text) noexcept {
+  std::uint64_t word = 0;
+  std::size_t filled = 0;
+  for (const char c : text) {
+    word |= std::uint64_t{static_cast<unsigned char>(c)} << (8 * filled);
+    if (++filled == 8) {
+      h = mix(h, word);
+      word = 0;
+      filled = 0;
+    }
+  }
+  if (filled != 0) h = mix(h, word);
+  return mix(h, text.size());
 }
 
 // A hash that is never 0, for fields where 0 means "none".

@@ -3,6 +3,7 @@
 
 #include "core/config.hpp"
 #include "core/error.hpp"
+#include "core/printable.hpp"
 
 #include <algorithm>
 #include <array>
@@ -28,23 +29,6 @@ std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
   return s;
-}
-
-// Control characters escaped, as in every other configuration message.
-std::string printable(std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) {
-      out += "\\x";
-      out += kHex[u >> 4];
-      out += kHex[u & 0xf];
-    } else {
-      out += c;
-    }
-  }
-  return out;
 }
 
 class Parser {

@@ -1,6 +1,7 @@
 #include "core/shm_channel.hpp"
 
 #include "core/error.hpp"
+#include "core/hash.hpp"
 
 #include <cerrno>
 #include <climits>
@@ -24,14 +25,6 @@ constexpr std::uint64_t kMagic = 0x414e544454534d31ULL;  // "ANTDTSM1"
 constexpr std::size_t kLine = 64;
 
 constexpr std::size_t round_up(std::size_t n, std::size_t to) noexcept { return (n + to - 1) / to * to; }
-
-std::uint64_t fnv1a(std::string_view text, std::uint64_t h = 0xcbf29ce484222325ULL) noexcept {
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
-  }
-  return h;
-}
 
 // The futex word is the low half of the stamp: a reader sleeps while it still
 // holds the value it saw, and every publish changes it (stamps only grow).
@@ -73,7 +66,7 @@ NodeKey NodeKey::local() {
   if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
   std::string boot_id;
   std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
-  key.host = fnv1a(boot_id, fnv1a(host));
+  key.host = hash::mix_text(hash::mix_text(hash::kSeed, host), boot_id);
   struct stat st {};
   if (::stat("/proc/self/ns/ipc", &st) == 0) key.ipc_ns = static_cast<std::uint64_t>(st.st_ino);
   key.uid = static_cast<std::uint64_t>(::geteuid());
@@ -85,10 +78,10 @@ std::size_t ShmChannel::slot_stride(std::size_t slot_bytes) noexcept {
   return round_up(sizeof(SlotHeader) + slot_bytes, kLine);
 }
 
-std::size_t ShmChannel::segment_bytes(const Layout& layout) noexcept {
-  const auto n = static_cast<std::size_t>(layout.nranks);
+std::size_t ShmChannel::segment_bytes(const SegmentShape& shape) noexcept {
+  const auto n = static_cast<std::size_t>(shape.nranks);
   return sizeof(SegmentHeader) + n * sizeof(AnnounceLine) +
-         static_cast<std::size_t>(layout.slots) * n * slot_stride(layout.slot_bytes);
+         static_cast<std::size_t>(shape.slots) * n * slot_stride(shape.slot_bytes);
 }
 
 std::string ShmChannel::make_name(std::uint32_t comm_id) {
@@ -98,16 +91,16 @@ std::string ShmChannel::make_name(std::uint32_t comm_id) {
 }
 
 namespace {
-void check_layout(const ShmChannel::Layout& layout, int rank) {
-  ANTDT_CHECK_ARG(layout.nranks >= 1 && rank >= 0 && rank < layout.nranks, "shared-memory channel: rank ", rank,
-                  " of ", layout.nranks);
-  ANTDT_CHECK_ARG(layout.slots >= 1, "shared-memory channel: ", layout.slots, " slots per rank");
+void check_shape(const ShmChannel::SegmentShape& shape, int rank) {
+  ANTDT_CHECK_ARG(shape.nranks >= 1 && rank >= 0 && rank < shape.nranks, "shared-memory channel: rank ", rank,
+                  " of ", shape.nranks);
+  ANTDT_CHECK_ARG(shape.slots >= 1, "shared-memory channel: ", shape.slots, " slots per rank");
 }
 }  // namespace
 
-std::unique_ptr<ShmChannel> ShmChannel::create(std::string name, const Layout& layout, int rank) {
-  check_layout(layout, rank);
-  const std::size_t bytes = segment_bytes(layout);
+std::unique_ptr<ShmChannel> ShmChannel::create(std::string name, const SegmentShape& shape, int rank) {
+  check_shape(shape, rank);
+  const std::size_t bytes = segment_bytes(shape);
   const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) raise<TransportError>("shm_open(", name, ", O_CREAT) failed: ", std::strerror(errno));
   if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
@@ -133,19 +126,19 @@ std::unique_ptr<ShmChannel> ShmChannel::create(std::string name, const Layout& l
     raise<TransportError>("mmap of shared memory ", name, " (", bytes, " bytes) failed: ", std::strerror(err));
   }
   // ftruncate zero-filled the segment: every slot and announcement starts at
-  // 0 (no round, no call). The layout fields let the other ranks check that
+  // 0 (no round, no call). The shape fields let the other ranks check that
   // they agree on it.
   auto* header = ::new (base) SegmentHeader{};
-  header->nranks = static_cast<std::uint64_t>(layout.nranks);
-  header->slots = static_cast<std::uint64_t>(layout.slots);
-  header->slot_bytes = layout.slot_bytes;
+  header->nranks = static_cast<std::uint64_t>(shape.nranks);
+  header->slots = static_cast<std::uint64_t>(shape.slots);
+  header->slot_bytes = shape.slot_bytes;
   header->magic.store(kMagic, std::memory_order_release);
-  return std::make_unique<ShmChannel>(Key{}, std::move(name), layout, rank, base, bytes);
+  return std::make_unique<ShmChannel>(Key{}, std::move(name), shape, rank, base, bytes);
 }
 
-std::unique_ptr<ShmChannel> ShmChannel::open(std::string name, const Layout& layout, int rank) {
-  check_layout(layout, rank);
-  const std::size_t bytes = segment_bytes(layout);
+std::unique_ptr<ShmChannel> ShmChannel::open(std::string name, const SegmentShape& shape, int rank) {
+  check_shape(shape, rank);
+  const std::size_t bytes = segment_bytes(shape);
   const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
   if (fd < 0) raise<TransportError>("shm_open(", name, ") failed: ", std::strerror(errno));
   struct stat st {};
@@ -157,19 +150,19 @@ std::unique_ptr<ShmChannel> ShmChannel::open(std::string name, const Layout& lay
   const int err = errno;
   ::close(fd);
   if (base == MAP_FAILED) raise<TransportError>("mmap of shared memory ", name, " failed: ", std::strerror(err));
-  auto channel = std::make_unique<ShmChannel>(Key{}, std::move(name), layout, rank, base, bytes);
+  auto channel = std::make_unique<ShmChannel>(Key{}, std::move(name), shape, rank, base, bytes);
   const auto& header = channel->header();
   if (header.magic.load(std::memory_order_acquire) != kMagic ||
-      header.nranks != static_cast<std::uint64_t>(layout.nranks) ||
-      header.slots != static_cast<std::uint64_t>(layout.slots) || header.slot_bytes != layout.slot_bytes)
+      header.nranks != static_cast<std::uint64_t>(shape.nranks) ||
+      header.slots != static_cast<std::uint64_t>(shape.slots) || header.slot_bytes != shape.slot_bytes)
     raise<TransportError>("shared memory ", channel->name_, " has another layout (", header.nranks, " ranks, ",
-                          header.slots, " slots of ", header.slot_bytes, " bytes; expected ", layout.nranks, ", ",
-                          layout.slots, ", ", layout.slot_bytes, ")");
+                          header.slots, " slots of ", header.slot_bytes, " bytes; expected ", shape.nranks, ", ",
+                          shape.slots, ", ", shape.slot_bytes, ")");
   return channel;
 }
 
-ShmChannel::ShmChannel(Key, std::string name, const Layout& layout, int rank, void* base, std::size_t mapped)
-    : name_(std::move(name)), layout_(layout), rank_(rank), base_(base), mapped_(mapped) {}
+ShmChannel::ShmChannel(Key, std::string name, const SegmentShape& shape, int rank, void* base, std::size_t mapped)
+    : name_(std::move(name)), shape_(shape), rank_(rank), base_(base), mapped_(mapped) {}
 
 ShmChannel::~ShmChannel() {
   if (rank_ == 0) unlink();
@@ -185,15 +178,15 @@ void ShmChannel::unlink() noexcept {
 ShmChannel::SegmentHeader& ShmChannel::header() const noexcept { return *static_cast<SegmentHeader*>(base_); }
 
 ShmChannel::SlotHeader& ShmChannel::slot_header(int rank, int slot) const noexcept {
-  const auto index = static_cast<std::size_t>(rank) * static_cast<std::size_t>(layout_.slots) +
+  const auto index = static_cast<std::size_t>(rank) * static_cast<std::size_t>(shape_.slots) +
                      static_cast<std::size_t>(slot);
   auto* at = static_cast<std::byte*>(base_) + sizeof(SegmentHeader) +
-             static_cast<std::size_t>(layout_.nranks) * sizeof(AnnounceLine) + index * slot_stride(layout_.slot_bytes);
+             static_cast<std::size_t>(shape_.nranks) * sizeof(AnnounceLine) + index * slot_stride(shape_.slot_bytes);
   return *reinterpret_cast<SlotHeader*>(at);
 }
 
 std::span<std::byte> ShmChannel::own_slot(int slot) noexcept {
-  return {reinterpret_cast<std::byte*>(&slot_header(rank_, slot) + 1), layout_.slot_bytes};
+  return {reinterpret_cast<std::byte*>(&slot_header(rank_, slot) + 1), shape_.slot_bytes};
 }
 
 void ShmChannel::publish(int slot, std::uint64_t stamp, std::uint64_t hash, std::size_t bytes) noexcept {
@@ -215,7 +208,7 @@ ShmChannel::Peek ShmChannel::peek(int peer, int slot, std::uint64_t stamp) const
   p.ready = true;
   p.hash = s.hash.load(std::memory_order_relaxed);
   p.bytes = s.bytes.load(std::memory_order_relaxed);
-  p.data = {reinterpret_cast<const std::byte*>(&s + 1), std::min<std::size_t>(p.bytes, layout_.slot_bytes)};
+  p.data = {reinterpret_cast<const std::byte*>(&s + 1), std::min<std::size_t>(p.bytes, shape_.slot_bytes)};
   return p;
 }
 

@@ -44,22 +44,22 @@ class ShmChannel {
 
  public:
   // The shape of a segment: every rank has `slots` slots of `slot_bytes`.
-  struct Layout {
+  struct SegmentShape {
     int nranks = 1;
     int slots = 2;
     std::size_t slot_bytes = 0;
-    bool operator==(const Layout&) const = default;
+    bool operator==(const SegmentShape&) const = default;
   };
   // Rank 0: creates (O_EXCL, mode 0600), reserves (posix_fallocate: a full
   // /dev/shm is an error here, not a SIGBUS later) and maps a fresh segment.
   // Throws TransportError naming the call and errno on failure.
-  static std::unique_ptr<ShmChannel> create(std::string name, const Layout& layout, int rank);
-  // Other ranks: maps the segment rank 0 created, checking its layout.
-  static std::unique_ptr<ShmChannel> open(std::string name, const Layout& layout, int rank);
-  // The bytes of /dev/shm a segment of this layout takes.
-  static std::size_t segment_bytes(const Layout& layout) noexcept;
+  static std::unique_ptr<ShmChannel> create(std::string name, const SegmentShape& shape, int rank);
+  // Other ranks: maps the segment rank 0 created, checking its shape.
+  static std::unique_ptr<ShmChannel> open(std::string name, const SegmentShape& shape, int rank);
+  // The bytes of /dev/shm a segment of this shape takes.
+  static std::size_t segment_bytes(const SegmentShape& shape) noexcept;
   // Through create() and open() only.
-  ShmChannel(Key, std::string name, const Layout& layout, int rank, void* base, std::size_t mapped);
+  ShmChannel(Key, std::string name, const SegmentShape& shape, int rank, void* base, std::size_t mapped);
   ~ShmChannel();
   ShmChannel(const ShmChannel&) = delete;
   ShmChannel& operator=(const ShmChannel&) = delete;
@@ -69,10 +69,10 @@ class ShmChannel {
   // A fresh name for rank 0 to create: /antdt-<pid>-<comm id>-<random>.
   static std::string make_name(std::uint32_t comm_id);
 
-  int nranks() const noexcept { return layout_.nranks; }
+  int nranks() const noexcept { return shape_.nranks; }
   int rank() const noexcept { return rank_; }
-  int slots() const noexcept { return layout_.slots; }
-  std::size_t slot_bytes() const noexcept { return layout_.slot_bytes; }
+  int slots() const noexcept { return shape_.slots; }
+  std::size_t slot_bytes() const noexcept { return shape_.slot_bytes; }
 
   // The next round number of this channel (1, 2, ...): every rank uses rounds
   // in the same order. The algorithm derives slots and stamps from it.
@@ -115,7 +115,7 @@ class ShmChannel {
   SlotHeader& slot_header(int rank, int slot) const noexcept;
 
   std::string name_;
-  Layout layout_;
+  SegmentShape shape_;
   int rank_;
   void* base_;
   std::size_t mapped_;

@@ -2,9 +2,10 @@
 // collectives, coordinator): fixed-width fields in host byte order — every
 // rank of a job runs the same build on the same architecture, and each
 // protocol's magic number and version catch anything else — and
-// length-prefixed text. Reading past the end, an over-long text or trailing
-// bytes raise BootstrapError naming the message, so a peer's garbage is
-// refused, never trusted. Also the HMAC both authenticated protocols use.
+// length-prefixed text; little-endian integers for a message whose bytes are
+// specified so (UCX's abort message). Reading past the end, an over-long text
+// or trailing bytes raise BootstrapError naming the message, so a peer's
+// garbage is refused, never trusted. Also the HMAC both authenticated protocols use.
 #pragma once
 
 #include <antdt/comm.hpp>
@@ -12,6 +13,7 @@
 #include "core/error.hpp"
 
 #include <array>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -35,6 +37,11 @@ class ByteWriter {
     const std::size_t at = out_.size();
     out_.resize(at + sizeof(T));
     std::memcpy(out_.data() + at, &v, sizeof(T));
+  }
+  // An unsigned integer, least significant byte first, whatever the host.
+  template <std::unsigned_integral T>
+  void put_le(T v) {
+    for (std::size_t i = 0; i < sizeof(T); ++i) out_.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xff));
   }
   void bytes(std::span<const std::byte> b) { out_.insert(out_.end(), b.begin(), b.end()); }
   // A u32 length and the text, cut to max_bytes.
@@ -61,6 +68,15 @@ class ByteReader {
     need(sizeof(T));
     T v;
     std::memcpy(&v, in_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return v;
+  }
+  // An unsigned integer written by ByteWriter::put_le.
+  template <std::unsigned_integral T>
+  T get_le() {
+    need(sizeof(T));
+    T v = 0;
+    for (std::size_t i = 0; i < sizeof(T); ++i) v |= static_cast<T>(std::to_integer<T>(in_[pos_ + i]) << (8 * i));
     pos_ += sizeof(T);
     return v;
   }

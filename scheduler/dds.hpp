@@ -144,6 +144,34 @@ struct DdsProgress {
   std::uint64_t rank_failures = 0;
 };
 
+// An open lease: the rank it was handed to and the ranges of shards it holds.
+struct LeaseRecord {
+  int rank = -1;
+  struct Piece {
+    std::uint64_t shard = 0, begin = 0, end = 0;
+  };
+  std::vector<Piece> pieces;
+};
+
+// Everything a Dds changes as it runs (the dataset and options stay fixed):
+// what a checkpoint stores beside them (scheduler/dds_checkpoint.hpp).
+struct DdsState {
+  std::uint32_t epoch = 0;
+  bool finished = false;
+  std::uint64_t fresh = 0;            // positions [fresh, N) are in no shard yet (cut on demand)
+  std::uint64_t next_shard_id = 0;
+  std::uint64_t next_lease_id = 1;
+  std::uint64_t committed = 0;
+  std::uint64_t done_shards = 0;
+  std::map<std::uint64_t, Shard> shards;          // live shards by id
+  std::deque<std::uint64_t> queued;                 // queued shard ids, next first
+  std::vector<std::int64_t> active;               // per rank: its DOING shard with samples left, or -1
+  std::map<std::uint64_t, LeaseRecord> leases;    // open leases by id
+  std::vector<std::uint64_t> shards_taken;        // per rank
+  std::uint64_t epochs_completed = 0, total_committed = 0, given_back = 0, resplit = 0, rank_failures = 0;
+  std::uint64_t stolen = 0;
+};
+
 class Dds {
  public:
   // InvalidArgument naming the problem: world_size < 1, shard_size == 0.
@@ -204,30 +232,6 @@ class Dds {
   static std::unique_ptr<Dds> load(const std::string& path);
 
  private:
-  struct LeaseRecord {
-    int rank = -1;
-    struct Piece {
-      std::uint64_t shard = 0, begin = 0, end = 0;
-    };
-    std::vector<Piece> pieces;
-  };
-  struct State {
-    std::uint32_t epoch = 0;
-    bool finished = false;
-    std::uint64_t fresh = 0;            // positions [fresh, N) are in no shard yet (cut on demand)
-    std::uint64_t next_shard_id = 0;
-    std::uint64_t next_lease_id = 1;
-    std::uint64_t committed = 0;
-    std::uint64_t done_shards = 0;
-    std::map<std::uint64_t, Shard> shards;          // live shards by id
-    std::deque<std::uint64_t> queued;                 // queued shard ids, next first
-    std::vector<std::int64_t> active;               // per rank: its DOING shard with samples left, or -1
-    std::map<std::uint64_t, LeaseRecord> leases;    // open leases by id
-    std::vector<std::uint64_t> shards_taken;        // per rank
-    std::uint64_t epochs_completed = 0, total_committed = 0, given_back = 0, resplit = 0, rank_failures = 0;
-    std::uint64_t stolen = 0;
-  };
-
   void check_rank(int rank, std::string_view what) const;
   std::optional<std::uint64_t> next_todo_locked();
   bool steal_locked(int thief);
@@ -236,16 +240,13 @@ class Dds {
   void return_piece_locked(int rank, const LeaseRecord::Piece& piece, bool allow_rewind);
   void return_lease_locked(std::uint64_t id);
   void advance_epoch_locked();
-  std::string serialize_locked() const;
-  struct Parsed;  // a checkpoint's dataset, options and state (dds.cpp)
-  static Parsed read_checkpoint(const std::string& path);
-  void restore_locked(State state);
+  void restore_locked(DdsState state);
 
   Dataset dataset_;
   DdsOptions options_;
   mutable std::mutex mutex_;             // guards state_
   mutable std::mutex checkpoint_mutex_;  // serialises checkpoint() writers; taken before mutex_
-  State state_;
+  DdsState state_;
 };
 
 }  // namespace antdt::sched

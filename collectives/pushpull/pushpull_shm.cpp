@@ -26,8 +26,9 @@
 // (push: a worker for the servers; pull: a server for the workers), so no one
 // still reads a slot when the next call rewrites it. Stamps only grow, so a
 // reader waiting for "posted" accepts "taken".
-#include "collectives/pushpull/pushpull.hpp"
+#include "collectives/pushpull/pushpull_shm.hpp"
 
+#include "collectives/pushpull/weights.hpp"
 #include "collectives/shm_common.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"

@@ -1,4 +1,4 @@
-// Push-pull (parameter-server mode) with ranks as threads: the layout (range
+// Push-pull (parameter-server mode) with ranks as threads: the partition map (range
 // partitioning), push/pull against an independent reference in every mode
 // (dedicated servers, every rank serving; 1..5 ranks; keys crossing partition
 // boundaries, odd and zero counts; f32/f64/bf16/i32; weights), mismatched
@@ -11,7 +11,7 @@
 #include <antdt/pushpull.h>
 #include <antdt/pushpull.hpp>
 
-#include "collectives/pushpull/pushpull.hpp"
+#include "collectives/pushpull/partition_map.hpp"
 #include "collectives/api/c_api.hpp"
 #include "core/dtype.hpp"
 #include "transport/fault/fault_transport.hpp"
@@ -27,7 +27,7 @@
 namespace antdt::test {
 namespace {
 
-using coll::pushpull::Layout;
+using coll::pushpull::PartitionMap;
 
 Config partial_test_config() {
   Config cfg = test_config();
@@ -38,9 +38,9 @@ Config partial_test_config() {
 }
 
 // ---------------------------------------------------------------------------
-// Layout
+// Partition map
 // ---------------------------------------------------------------------------
-TEST(PushPullLayout, SplitCoversTheTensorInEqualElementAlignedParts) {
+TEST(PushPullPartitionMap, SplitCoversTheTensorInEqualElementAlignedParts) {
   EXPECT_TRUE(coll::pushpull::split(0, 4, 4096).empty());
   auto one = coll::pushpull::split(1, 8, 4096);
   ASSERT_EQ(one.size(), 1u);
@@ -62,10 +62,10 @@ TEST(PushPullLayout, SplitCoversTheTensorInEqualElementAlignedParts) {
   }
 }
 
-TEST(PushPullLayout, PartitionsAreSpreadByRangeOverTheServers) {
+TEST(PushPullPartitionMap, PartitionsAreSpreadByRangeOverTheServers) {
   std::vector<PushPullKey> keys = {{30, 5000, DataType::f32}, {10, 3001, DataType::f64}, {20, 0, DataType::bf16},
                                    {40, 1, DataType::i32}};
-  auto l = Layout::make(keys, {}, 3, 4096, 4096);
+  auto l = PartitionMap::make(keys, {}, 3, 4096, 4096);
   ASSERT_EQ(l.servers, (std::vector<int>{0, 1, 2}));
   ASSERT_EQ(l.workers, (std::vector<int>{0, 1, 2}));
   // Keys sorted by id; server ranks never decrease along the table.
@@ -85,9 +85,9 @@ TEST(PushPullLayout, PartitionsAreSpreadByRangeOverTheServers) {
   EXPECT_EQ(l.partitions_of(l.key_index(40)).size(), 1u);
 }
 
-TEST(PushPullLayout, PartitionsTravelInPiecesOfTheChunkSize) {
+TEST(PushPullPartitionMap, PartitionsTravelInPiecesOfTheChunkSize) {
   std::vector<PushPullKey> keys = {{1, 10000, DataType::f64}, {2, 3, DataType::f32}};
-  auto l = Layout::make(keys, {}, 2, 16384, 4096);  // 80000 B: 5 partitions of 2000 elements, 4 pieces each
+  auto l = PartitionMap::make(keys, {}, 2, 16384, 4096);  // 80000 B: 5 partitions of 2000 elements, 4 pieces each
   ASSERT_EQ(l.partitions_of(0).size(), 5u);
   const auto pieces = l.pieces_of(0);
   ASSERT_EQ(pieces.size(), 20u);
@@ -106,10 +106,10 @@ TEST(PushPullLayout, PartitionsTravelInPiecesOfTheChunkSize) {
   EXPECT_EQ(l.pieces_of(1)[0].count, 3u);
 }
 
-TEST(PushPullLayout, DedicatedServersHoldEveryPartition) {
+TEST(PushPullPartitionMap, DedicatedServersHoldEveryPartition) {
   std::vector<PushPullKey> keys = {{1, 100000, DataType::f32}};
   std::vector<int> servers = {3, 1};
-  auto l = Layout::make(keys, servers, 5, 4096, 4096);
+  auto l = PartitionMap::make(keys, servers, 5, 4096, 4096);
   EXPECT_EQ(l.servers, (std::vector<int>{1, 3}));
   EXPECT_EQ(l.workers, (std::vector<int>{0, 2, 4}));
   std::size_t on1 = 0, on3 = 0;
@@ -121,26 +121,26 @@ TEST(PushPullLayout, DedicatedServersHoldEveryPartition) {
   EXPECT_NEAR(static_cast<double>(on1), 50000.0, 1024.0);
 }
 
-TEST(PushPullLayout, BadTablesAndOptionsAreRefused) {
+TEST(PushPullPartitionMap, BadTablesAndOptionsAreRefused) {
   std::vector<PushPullKey> dup = {{1, 4, DataType::f32}, {1, 8, DataType::f32}};
-  EXPECT_THROW(Layout::make(dup, {}, 2, 4096, 4096), InvalidArgument);
+  EXPECT_THROW(PartitionMap::make(dup, {}, 2, 4096, 4096), InvalidArgument);
   std::vector<PushPullKey> keys = {{1, 4, DataType::f32}};
   std::vector<int> out_of_range = {2}, twice = {1, 1}, all = {0, 1};
-  EXPECT_THROW(Layout::make(keys, out_of_range, 2, 4096, 4096), InvalidArgument);
-  EXPECT_THROW(Layout::make(keys, twice, 3, 4096, 4096), InvalidArgument);
-  EXPECT_THROW(Layout::make(keys, all, 2, 4096, 4096), InvalidArgument);
-  EXPECT_THROW(Layout::make(keys, {}, 2, 4095, 4096), InvalidArgument);
+  EXPECT_THROW(PartitionMap::make(keys, out_of_range, 2, 4096, 4096), InvalidArgument);
+  EXPECT_THROW(PartitionMap::make(keys, twice, 3, 4096, 4096), InvalidArgument);
+  EXPECT_THROW(PartitionMap::make(keys, all, 2, 4096, 4096), InvalidArgument);
+  EXPECT_THROW(PartitionMap::make(keys, {}, 2, 4095, 4096), InvalidArgument);
   std::vector<PushPullKey> bad_dtype = {{1, 4, static_cast<DataType>(99)}};
-  EXPECT_THROW(Layout::make(bad_dtype, {}, 2, 4096, 4096), InvalidArgument);
+  EXPECT_THROW(PartitionMap::make(bad_dtype, {}, 2, 4096, 4096), InvalidArgument);
   // The hash sees every field.
-  auto a = Layout::make(keys, {}, 2, 4096, 4096).hash();
+  auto a = PartitionMap::make(keys, {}, 2, 4096, 4096).hash();
   std::vector<PushPullKey> other_count = {{1, 5, DataType::f32}}, other_dtype = {{1, 4, DataType::i32}};
-  EXPECT_NE(a, Layout::make(other_count, {}, 2, 4096, 4096).hash());
-  EXPECT_NE(a, Layout::make(other_dtype, {}, 2, 4096, 4096).hash());
-  EXPECT_NE(a, Layout::make(keys, {}, 2, 8192, 4096).hash());
-  EXPECT_NE(a, Layout::make(keys, {}, 2, 4096, 8192).hash());
+  EXPECT_NE(a, PartitionMap::make(other_count, {}, 2, 4096, 4096).hash());
+  EXPECT_NE(a, PartitionMap::make(other_dtype, {}, 2, 4096, 4096).hash());
+  EXPECT_NE(a, PartitionMap::make(keys, {}, 2, 8192, 4096).hash());
+  EXPECT_NE(a, PartitionMap::make(keys, {}, 2, 4096, 8192).hash());
   std::vector<int> one = {1};
-  EXPECT_NE(a, Layout::make(keys, one, 2, 4096, 4096).hash());
+  EXPECT_NE(a, PartitionMap::make(keys, one, 2, 4096, 4096).hash());
 }
 
 TEST(PushPullConfig, PartitionBytesComeFromTheEnvironment) {

@@ -1,6 +1,7 @@
 #include "transport/ucx/ucx_transport.hpp"
 
 #include "core/log.hpp"
+#include "core/wire_codec.hpp"
 #include "transport/transport_checks.hpp"
 
 #include <ucp/api/ucp.h>
@@ -83,22 +84,6 @@ constexpr std::uint16_t kAbortVersion = 1;
 constexpr std::size_t kAbortFixedBytes = 20;
 constexpr std::size_t kAbortMaxBytes = kAbortFixedBytes + kMaxAbortReasonBytes;
 
-void put_u32(std::vector<std::byte>& out, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xff));
-}
-void put_u16(std::vector<std::byte>& out, std::uint16_t v) {
-  for (int i = 0; i < 2; ++i) out.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xff));
-}
-std::uint32_t get_u32(std::span<const std::byte> in, std::size_t at) {
-  std::uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= std::to_integer<std::uint32_t>(in[at + static_cast<std::size_t>(i)]) << (8 * i);
-  return v;
-}
-std::uint16_t get_u16(std::span<const std::byte> in, std::size_t at) {
-  return static_cast<std::uint16_t>(std::to_integer<std::uint16_t>(in[at]) |
-                                    (std::to_integer<std::uint16_t>(in[at + 1]) << 8));
-}
-
 // ---------------------------------------------------------------------------
 // RAII for UCP objects
 // ---------------------------------------------------------------------------
@@ -150,35 +135,37 @@ bool is_peer_failure(ucs_status_t status) noexcept {
 
 std::vector<std::byte> encode_abort_message(const AbortInfo& info) {
   const std::string_view reason = std::string_view(info.reason).substr(0, kMaxAbortReasonBytes);
-  std::vector<std::byte> out;
-  out.reserve(kAbortFixedBytes + reason.size());
-  put_u32(out, kAbortMagic);
-  put_u16(out, kAbortVersion);
-  put_u16(out, 0);
-  put_u32(out, static_cast<std::uint32_t>(info.origin_rank));
-  put_u32(out, static_cast<std::uint32_t>(info.status));
-  put_u32(out, static_cast<std::uint32_t>(reason.size()));
-  for (char c : reason) out.push_back(static_cast<std::byte>(c));
-  return out;
+  wire::ByteWriter out;
+  out.buffer().reserve(kAbortFixedBytes + reason.size());
+  out.put_le(kAbortMagic);
+  out.put_le(kAbortVersion);
+  out.put_le(std::uint16_t{0});
+  out.put_le(static_cast<std::uint32_t>(info.origin_rank));
+  out.put_le(static_cast<std::uint32_t>(info.status));
+  out.put_le(static_cast<std::uint32_t>(reason.size()));
+  out.bytes(std::as_bytes(std::span(reason.data(), reason.size())));
+  return out.take();
 }
 
 std::optional<AbortInfo> decode_abort_message(std::span<const std::byte> bytes, int size) {
+  // Anything malformed is not an abort message (nullopt), so the sizes are
+  // checked before the reader could raise.
   if (bytes.size() < kAbortFixedBytes) return std::nullopt;
-  if (get_u32(bytes, 0) != kAbortMagic || get_u16(bytes, 4) != kAbortVersion || get_u16(bytes, 6) != 0) {
-    return std::nullopt;
-  }
-  const auto origin = static_cast<std::int32_t>(get_u32(bytes, 8));
-  const auto status = static_cast<std::int32_t>(get_u32(bytes, 12));
-  const std::uint32_t reason_bytes = get_u32(bytes, 16);
+  wire::ByteReader in(bytes, "UCX abort message");
+  const auto magic = in.get_le<std::uint32_t>();
+  const auto version = in.get_le<std::uint16_t>();
+  const auto reserved = in.get_le<std::uint16_t>();
+  if (magic != kAbortMagic || version != kAbortVersion || reserved != 0) return std::nullopt;
+  const auto origin = static_cast<std::int32_t>(in.get_le<std::uint32_t>());
+  const auto status = static_cast<std::int32_t>(in.get_le<std::uint32_t>());
+  const auto reason_bytes = in.get_le<std::uint32_t>();
   if (origin < 0 || origin >= size) return std::nullopt;
   if (reason_bytes > kMaxAbortReasonBytes || bytes.size() != kAbortFixedBytes + reason_bytes) return std::nullopt;
   AbortInfo info;
   info.origin_rank = origin;
   info.status = status;
   info.reason.resize(reason_bytes);
-  for (std::size_t i = 0; i < reason_bytes; ++i) {
-    info.reason[i] = static_cast<char>(std::to_integer<unsigned char>(bytes[kAbortFixedBytes + i]));
-  }
+  in.bytes(std::as_writable_bytes(std::span(info.reason.data(), info.reason.size())));
   return info;
 }
 

@@ -1,0 +1,61 @@
+// The epoch's sample order (scheduler/dds_sample_order.hpp).
+#include "scheduler/dds_sample_order.hpp"
+
+namespace antdt::sched {
+namespace {
+
+// SplitMix64 finaliser: a fixed, portable mixing function (std::shuffle and the
+// <random> distributions differ between standard libraries; a checkpoint must
+// mean the same order everywhere). Not hash::mix: a checkpoint stores positions
+// in this order, so its values must never change.
+constexpr std::uint64_t mix64(std::uint64_t x) noexcept {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// A keyed bijection of [0, n): a balanced 4-round Feistel network over the
+// smallest even bit width covering n, with cycle walking back into [0, n).
+// The domain is below 4n, so a position walks fewer than 4 times on average.
+std::uint64_t permute(std::uint64_t x, std::uint64_t n, std::uint64_t key) noexcept {
+  if (n <= 1) return x;
+  int bits = 0;
+  while (bits < 64 && (std::uint64_t{1} << bits) < n) ++bits;
+  if (bits % 2 != 0) ++bits;
+  if (bits < 2) bits = 2;
+  const int half = bits / 2;
+  const std::uint64_t mask = (std::uint64_t{1} << half) - 1;
+  do {
+    std::uint64_t left = x >> half, right = x & mask;
+    for (std::uint64_t round = 0; round < 4; ++round) {
+      const std::uint64_t f = mix64(right ^ mix64(key + round)) & mask;
+      const std::uint64_t next = left ^ f;
+      left = right;
+      right = next;
+    }
+    x = (left << half) | right;
+  } while (x >= n);
+  return x;
+}
+
+}  // namespace
+
+std::uint64_t shuffled_sample(std::uint64_t n, const DdsOptions& options, std::uint32_t epoch,
+                              std::uint64_t position) noexcept {
+  const std::uint64_t key = mix64(options.seed ^ mix64(std::uint64_t{epoch} + 1));
+  switch (options.shuffle) {
+    case ShuffleMode::none: return position;
+    case ShuffleMode::samples: return permute(position, n, key);
+    case ShuffleMode::blocks: {
+      // Full blocks change places; a short last block stays last.
+      const std::uint64_t size = options.shard_size;
+      const std::uint64_t full = n / size;
+      if (position >= full * size) return position;
+      return permute(position / size, full, key) * size + position % size;
+    }
+  }
+  return position;
+}
+
+}  // namespace antdt::sched
