@@ -30,8 +30,6 @@
 
 namespace antdt::coll {
 
-using detail::ShmChannel;
-
 void allreduce_shm(Call& call, const std::byte* send, std::byte* recv, std::size_t count, DataType dtype,
                    ReduceOp op) {
   ShmChannel& channel = *call.comm().shm(detail::ShmArea::mailbox);

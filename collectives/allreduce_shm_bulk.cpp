@@ -40,7 +40,6 @@
 namespace antdt::coll {
 namespace {
 
-using detail::ShmChannel;
 
 constexpr std::size_t kSliceAlignBytes = 64;  // slices start on cache lines where the block allows
 

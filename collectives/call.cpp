@@ -45,6 +45,10 @@ const char* kind_name(Kind k) {
   return "?";
 }
 
+
+
+}  // namespace
+
 const char* algo_name(Algo a) {
   switch (a) {
     case Algo::none: return "none";
@@ -59,9 +63,6 @@ const char* algo_name(Algo a) {
   }
   return "?";
 }
-
-
-}  // namespace
 
 std::uint64_t Signature::hash() const noexcept {
   std::uint64_t h = hash::mix(hash::kSeed, static_cast<std::uint64_t>(kind));

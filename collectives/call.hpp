@@ -27,6 +27,9 @@ enum class Algo : std::uint8_t {
   shm = 7, shm_bulk = 8,
 };
 
+// The algorithm's name in messages and traces ("ring", "shared-memory", ...).
+const char* algo_name(Algo a);
+
 // What every rank must agree on for one call.
 struct Signature {
   Kind kind = Kind::barrier;

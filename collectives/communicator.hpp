@@ -24,9 +24,12 @@ namespace antdt::telemetry {
 class StepTiming;  // collectives/telemetry/step_timing.hpp
 }
 
+namespace antdt {
+class ShmChannel;  // core/shm_channel.hpp
+}
+
 namespace antdt::detail {
 
-class ShmChannel;  // core/shm_channel.hpp
 enum class ShmArea { mailbox, bulk, pushpull };  // which of a communicator's shared-memory channels
 
 // One posted operation of a collective, with what its receiver expects.

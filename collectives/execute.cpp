@@ -1,8 +1,7 @@
 // The collective entry (collectives/execute.hpp): the modes of a call, the
 // device/host split, and each collective's run from its selected algorithm to
-// the algorithm's file. Also the plain_* functions the device paths call
-// (collectives/device/device_collectives.hpp): run_algorithm on records they
-// build.
+// the algorithm's file. Also run_allreduce and the plain_* functions the
+// device paths call: run_algorithm on records they build.
 #include "collectives/execute.hpp"
 
 #include "collectives/algorithms.hpp"
@@ -193,21 +192,13 @@ PartialResult run_partial(detail::CommImpl& comm, const CollectiveArgs& a) {
 CallOutcome execute(detail::CommImpl& comm, const CollectiveArgs& args, Mode mode) {
   if (mode == Mode::partial) return CallOutcome{nullptr, run_partial(comm, args)};
   check_args(comm, args);
-  if (mode == Mode::nonblocking) {
-    const char* what = names_of(args.kind).nonblocking;
-    IssuedCalls& issued = issued_calls(comm);
-    ANTDT_CHECK_ARG(!issued.in_group(), what,
-                    ": non-blocking calls cannot be issued inside a group (the group itself runs at group_end())");
-    return CallOutcome{issued.requests().enqueue(DeferredCollective(args), what), {}};
-  }
-  if (IssuedCalls* issued = existing_issued_calls(comm)) {
-    if (issued->in_group()) {
-      const bool fusable = args.kind == Kind::allreduce && !device::is_device_call(args.send, args.recv);
-      issued->record(GroupedCall{.collective = DeferredCollective(args), .fusable = fusable});
-      return {};
-    }
-    issued->run_queued();
-  }
+  if (mode == Mode::nonblocking)
+    return CallOutcome{issued_calls(comm).enqueue(DeferredCollective(args), names_of(args.kind).nonblocking), {}};
+  const bool now = run_queued_or_record(comm, [&] {
+    const bool fusable = args.kind == Kind::allreduce && !device::is_device_call(args.send, args.recv);
+    return GroupedCall{.collective = DeferredCollective(args), .fusable = fusable};
+  });
+  if (!now) return {};
   run_now(comm, args);
   return {};
 }
@@ -266,7 +257,7 @@ void run_allreduce(detail::CommImpl& comm, const void* send, void* recv, std::si
                                      .dtype = dtype, .op = op});
 }
 
-// ---- the device paths' host algorithms (collectives/device/device_collectives.hpp) ----
+// ---- the device paths' host algorithms ----
 void plain_broadcast(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype,
                      int root, CallMemory* device) {
   run_algorithm(comm, CollectiveArgs{.kind = Kind::broadcast, .send = send, .recv = recv, .count = count,

@@ -13,7 +13,9 @@
 #include "collectives/collective_args.hpp"
 #include "collectives/communicator.hpp"
 
+#include <cstddef>
 #include <memory>
+#include <span>
 
 namespace antdt::detail {
 class RequestState;  // collectives/request.hpp
@@ -52,9 +54,21 @@ void run_now(detail::CommImpl& comm, const CollectiveArgs& args);
 // (the direct GPU path; not for allreduce, whose direct path is its own ring).
 void run_algorithm(detail::CommImpl& comm, const CollectiveArgs& args, CallMemory* device = nullptr);
 
-// run_algorithm of an AllReduce record on host bytes, for the device paths'
-// staged calls (collectives/device/).
+// run_algorithm on a record of the given arguments, for the device paths
+// (collectives/device/): their staged calls run the host algorithm on host
+// views (`device` null), their direct path on the device buffers themselves,
+// copied and reduced by `device`. AllReduce's direct path is its own ring.
 void run_allreduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype,
                    ReduceOp op);
+void plain_broadcast(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype,
+                     int root, CallMemory* device = nullptr);
+void plain_reduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+                  int root, CallMemory* device = nullptr);
+void plain_reduce_scatter(detail::CommImpl& comm, const void* send, void* recv, std::size_t recv_count,
+                          DataType dtype, ReduceOp op, CallMemory* device = nullptr);
+void plain_allgatherv(detail::CommImpl& comm, const void* send, void* recv, std::span<const std::size_t> counts,
+                      std::span<const std::size_t> displs, DataType dtype, CallMemory* device = nullptr);
+void plain_alltoall(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype,
+                    CallMemory* device = nullptr);
 
 }  // namespace antdt::coll

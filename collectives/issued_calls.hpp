@@ -10,6 +10,7 @@
 #include "collectives/group_recording.hpp"
 #include "collectives/peer_sequences.hpp"
 #include "collectives/request_queue.hpp"
+#include "core/error.hpp"
 
 #include <functional>
 #include <memory>
@@ -25,14 +26,17 @@ class IssuedCalls final : public detail::CollectiveState {
   GroupRecording& group() noexcept { return group_; }
   PeerSequences& sequences() noexcept { return sequences_; }
 
-  // How a call deferred by its own entry (push-pull's) uses them, as the
-  // collective entry does (collectives/execute.cpp).
   bool in_group() const noexcept { return group_.open(); }
   void record(GroupedCall call) { group_.record(std::move(call)); }
   void record(std::shared_ptr<Transfer> transfer) { group_.record(std::move(transfer)); }
-  std::shared_ptr<detail::RequestState> enqueue(std::function<void()> run,
-                                                const char* what = "non-blocking collective") {
-    return requests_.enqueue(std::move(run), what);
+  // The non-blocking mode of every entry: the call (a DeferredCollective, or
+  // a closure of an entry of its own: push-pull's) joins the queue; `what`
+  // names it. Refused inside a group: the group itself runs at group_end().
+  template <class Deferred>
+  std::shared_ptr<QueuedCollective> enqueue(Deferred call, const char* what) {
+    ANTDT_CHECK_ARG(!in_group(), what,
+                    ": non-blocking calls cannot be issued inside a group (the group itself runs at group_end())");
+    return requests_.enqueue(std::move(call), what);
   }
   void run_queued() { requests_.run_queued(); }
   void group_start() noexcept { group_.start(); }
@@ -52,6 +56,21 @@ IssuedCalls& issued_calls(detail::CommImpl& comm);
 // Null when the communicator never used groups, requests or send/recv.
 inline IssuedCalls* existing_issued_calls(detail::CommImpl& comm) {
   return comm.collective_state() ? static_cast<IssuedCalls*>(comm.collective_state().get()) : nullptr;
+}
+
+// The blocking mode of every entry: inside an open group the call is recorded
+// (`grouped()` makes its GroupedCall, only then) and false returned; otherwise
+// the non-blocking calls issued before it run first, and true says "run it now".
+template <class MakeGrouped>
+bool run_queued_or_record(detail::CommImpl& comm, MakeGrouped&& grouped) {
+  if (IssuedCalls* issued = existing_issued_calls(comm)) {
+    if (issued->in_group()) {
+      issued->record(grouped());
+      return false;
+    }
+    issued->run_queued();
+  }
+  return true;
 }
 // For calls outside the entry that use the communicator's collective resources
 // (partial collectives): with the progress thread, returns once every queued

@@ -89,21 +89,6 @@ bool applies(const Row& row, Kind kind) {
   return row.kind == kind || (kind == Kind::partial && row.kind == Kind::allreduce);
 }
 
-const char* algorithm_name(Algo a) {
-  switch (a) {
-    case Algo::none: return "none";
-    case Algo::ring: return "ring";
-    case Algo::chain: return "chain";
-    case Algo::binomial_tree: return "binomial-tree";
-    case Algo::dissemination: return "dissemination";
-    case Algo::recursive_doubling: return "recursive-doubling";
-    case Algo::pairwise: return "pairwise";
-    case Algo::shm: return "shared-memory";
-    case Algo::shm_bulk: return "shared-memory-bulk";
-  }
-  return "?";
-}
-
 }  // namespace
 
 std::size_t recursive_doubling_max_bytes(int nranks) {
@@ -147,7 +132,7 @@ Selection select_algorithm(const SelectionInput& in) {
     const Row& row = kRows[i];
     if (!applies(row, in.kind) || !row.when(in)) continue;
     ANTDT_TRACE(row.collective, " of ", in.count, " x ", dtype_name(in.dtype), " (", in.bytes, " bytes) on ",
-                in.nranks, " ranks: ", algorithm_name(row.algo), " (row ", i, ": ", row.reason, ")");
+                in.nranks, " ranks: ", algo_name(row.algo), " (row ", i, ": ", row.reason, ")");
     return Selection{row.algo, row.fallback, static_cast<int>(i), row.reason};
   }
   raise<InternalError>("select_algorithm: no row for call kind ", static_cast<int>(in.kind));

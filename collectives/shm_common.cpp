@@ -11,9 +11,7 @@
 namespace antdt::coll {
 namespace {
 
-using detail::NodeKey;
 using detail::ShmArea;
-using detail::ShmChannel;
 
 constexpr std::size_t kNameBytes = 64;  // set-up message: ok byte + segment name
 

@@ -12,7 +12,7 @@
 namespace antdt::coll {
 
 // The channel's shape for `area` under the communicator's configuration.
-detail::ShmChannel::SegmentShape shm_segment_shape(const Call& call, detail::ShmArea area);
+ShmChannel::SegmentShape shm_segment_shape(const Call& call, detail::ShmArea area);
 
 // Sets the communicator's channel for `area` up on first use, as part of
 // `call` (every rank must call it in the same call), and says whether it is
@@ -28,11 +28,11 @@ bool shm_ready(Call& call, detail::ShmArea area);
 // for aborts, for a peer that announced another call at this sequence number
 // (MismatchError) and for the deadline (TimeoutError) between sleeps.
 // `what` names the data awaited in the timeout's message.
-detail::ShmChannel::Peek shm_wait_for(Call& call, detail::ShmChannel& channel, int peer, int slot,
+ShmChannel::Peek shm_wait_for(Call& call, ShmChannel& channel, int peer, int slot,
                                       std::uint64_t stamp, const char* what);
 
 // Fails the call with MismatchError unless `peek` carries this call's
 // signature and `bytes` bytes.
-void shm_check_peer(Call& call, const detail::ShmChannel::Peek& peek, int peer, std::size_t bytes);
+void shm_check_peer(Call& call, const ShmChannel::Peek& peek, int peer, std::size_t bytes);
 
 }  // namespace antdt::coll

@@ -1,13 +1,12 @@
 #include "core/shm_channel.hpp"
 
 #include "core/error.hpp"
-#include "core/hash.hpp"
+#include "core/node_identity.hpp"
 
 #include <cerrno>
 #include <climits>
 #include <cstring>
 #include <fcntl.h>
-#include <fstream>
 #include <functional>
 #include <linux/futex.h>
 #include <new>
@@ -18,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-namespace antdt::detail {
+namespace antdt {
 namespace {
 
 constexpr std::uint64_t kMagic = 0x414e544454534d31ULL;  // "ANTDTSM1"
@@ -62,11 +61,7 @@ static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t), "fute
 
 NodeKey NodeKey::local() {
   NodeKey key;
-  char host[HOST_NAME_MAX + 1] = {};
-  if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
-  std::string boot_id;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
-  key.host = hash::mix_text(hash::mix_text(hash::kSeed, host), boot_id);
+  key.host = node_identity();
   struct stat st {};
   if (::stat("/proc/self/ns/ipc", &st) == 0) key.ipc_ns = static_cast<std::uint64_t>(st.st_ino);
   key.uid = static_cast<std::uint64_t>(::geteuid());
@@ -253,4 +248,4 @@ void ShmChannel::sleep_until_published(int peer, int slot, std::uint64_t stamp,
   sleepers.fetch_sub(1, std::memory_order_seq_cst);
 }
 
-}  // namespace antdt::detail
+}  // namespace antdt

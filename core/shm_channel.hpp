@@ -25,12 +25,12 @@
 #include <string>
 #include <string_view>
 
-namespace antdt::detail {
+namespace antdt {
 
 // What identifies "one node" for shared memory: ranks with equal keys can open
 // each other's POSIX shared memory (same host boot, same IPC namespace, same user).
 struct NodeKey {
-  std::uint64_t host = 0;    // hash of the host name and the kernel's boot id
+  std::uint64_t host = 0;    // node_identity() (core/node_identity.hpp)
   std::uint64_t ipc_ns = 0;  // inode of /proc/self/ns/ipc (0 when unknown)
   std::uint64_t uid = 0;
   bool operator==(const NodeKey&) const = default;
@@ -123,4 +123,4 @@ class ShmChannel {
   std::uint64_t round_ = 0;
 };
 
-}  // namespace antdt::detail
+}  // namespace antdt

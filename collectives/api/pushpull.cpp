@@ -6,7 +6,7 @@
 
 #include "collectives/pushpull/partition_map.hpp"
 #include "collectives/pushpull/pushpull_state.hpp"
-#include "collectives/suite.hpp"
+#include "collectives/issued_calls.hpp"
 #include "core/error.hpp"
 
 #include <cstdint>
@@ -19,25 +19,14 @@ namespace antdt {
 namespace {
 
 // A blocking call: recorded when a group is open, else run now, after the
-// non-blocking collectives issued before it (collectives/collectives.cpp does the same).
+// non-blocking collectives issued before it (the entry's blocking mode).
 template <class Run>
 void run_or_record(detail::CommImpl& comm, Run&& run) {
-  if (comm.collective_state()) {
-    auto& state = coll::suite(comm);
-    if (state.in_group()) {
-      state.record(coll::GroupedCollective{.run = std::function<void()>(std::forward<Run>(run))});
-      return;
-    }
-    state.run_queued();
-  }
-  run();
+  if (coll::run_queued_or_record(comm, [&] { return coll::GroupedCall{.run = std::function<void()>(run)}; })) run();
 }
 
 Request enqueue(detail::CommImpl& comm, std::function<void()> run, const char* what) {
-  auto& state = coll::suite(comm);
-  ANTDT_CHECK_ARG(!state.in_group(), what,
-                  ": non-blocking calls cannot be issued inside a group (the group itself runs at group_end())");
-  return Request(state.enqueue(std::move(run)));
+  return Request(coll::issued_calls(comm).enqueue(std::move(run), what));
 }
 
 }  // namespace
@@ -47,7 +36,7 @@ PushPull::PushPull(Communicator& comm, std::span<const PushPullKey> keys, const 
   impl.check_usable();
   const std::size_t partition_bytes = opts.partition_bytes != 0 ? opts.partition_bytes : impl.config().ps_partition_bytes;
   auto map = coll::pushpull::PartitionMap::make(keys, opts.servers, comm.size(), partition_bytes, impl.config().chunk_bytes);
-  ANTDT_CHECK_ARG(!impl.collective_state() || !coll::suite(impl).in_group(),
+  ANTDT_CHECK_ARG(!impl.collective_state() || !coll::issued_calls(impl).in_group(),
                   "PushPull: cannot be created inside a group (it checks the key table with a collective)");
   // Every rank must have built the same partition map: compare the hashes.
   const std::uint64_t mine = map.hash();

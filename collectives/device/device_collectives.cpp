@@ -4,6 +4,7 @@
 // runs the staged path when they take neither, and ends the call. Compiled in
 // every build; all device work goes through cuda::DeviceBackend.
 #include "collectives/device/device_collectives.hpp"
+#include "collectives/execute.hpp"
 
 #include "collectives/collectives.hpp"
 #include "collectives/device/device_call.hpp"

@@ -34,41 +34,6 @@
 #include <functional>
 #include <span>
 
-namespace antdt::coll {
-
-// Stream-taking entry points (the public API's overloads), defined in
-// collectives.cpp next to the stream-less ones, which pass a null stream (the
-// legacy default stream). With host buffers the stream's pending work is
-// waited for first (it may still be writing them).
-void allreduce_on(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype,
-                  ReduceOp op, void* stream);
-void broadcast_on(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype, int root,
-                  void* stream);
-void reduce_on(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
-               int root, void* stream);
-void reduce_scatter_on(detail::CommImpl& comm, const void* send, void* recv, std::size_t recv_count, DataType dtype,
-                       ReduceOp op, void* stream);
-void allgather_on(detail::CommImpl& comm, const void* send, void* recv, std::size_t send_count, DataType dtype,
-                  void* stream);
-
-// The algorithms alone (no argument checks, groups, queue or device
-// dispatch), in collectives.cpp: on host bytes for the staged path (`device`
-// null), or on device buffers handed to the transport as they are, copied and
-// reduced by `device` (the direct path). AllReduce's is run_allreduce
-// (collectives/suite.hpp) for host bytes and the ring for the direct path.
-void plain_broadcast(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype,
-                     int root, CallMemory* device = nullptr);
-void plain_reduce(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
-                  int root, CallMemory* device = nullptr);
-void plain_reduce_scatter(detail::CommImpl& comm, const void* send, void* recv, std::size_t recv_count,
-                          DataType dtype, ReduceOp op, CallMemory* device = nullptr);
-void plain_allgatherv(detail::CommImpl& comm, const void* send, void* recv, std::span<const std::size_t> counts,
-                      std::span<const std::size_t> displs, DataType dtype, CallMemory* device = nullptr);
-void plain_alltoall(detail::CommImpl& comm, const void* send, void* recv, std::size_t count, DataType dtype,
-                    CallMemory* device = nullptr);
-
-}  // namespace antdt::coll
-
 namespace antdt::coll::device {
 
 // backend(), ScopedBackend, is_device_call and synchronize_host_call:

@@ -7,6 +7,7 @@
 #include "collectives/device/backend.hpp"
 #include "collectives/device/device_call.hpp"
 #include "core/dtype.hpp"
+#include "core/node_identity.hpp"
 #include "core/error.hpp"
 #include "cuda/nvtx.hpp"
 

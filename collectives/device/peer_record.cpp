@@ -1,17 +1,12 @@
-// The peer record's wire form (core/wire_codec.hpp) and the node identity it
-// carries (peer_record.hpp).
+// The peer record's wire form (core/wire_codec.hpp; integers least
+// significant byte first, whatever the host).
 #include "collectives/device/peer_record.hpp"
 
 #include "core/error.hpp"
-#include "core/hash.hpp"
 #include "core/wire_codec.hpp"
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
-#include <string_view>
-
-#include <unistd.h>
 
 namespace antdt::coll::device {
 namespace {
@@ -20,35 +15,15 @@ constexpr std::size_t kHandleBytes = cuda::IpcHandle::kWireBytes;
 // Flags (the record's second word).
 constexpr std::uint32_t kExportable = 1, kDeviceBuffers = 2, kTransportMovesDeviceMemory = 4;
 
-// Folds the text's length and bytes into h (the length keeps "ab" + "c"
-// apart from "a" + "bc").
-std::uint64_t mix_text(std::uint64_t h, std::string_view text) noexcept {
-  h = hash::mix(h, text.size());
-  for (char c : text) h = hash::mix(h, static_cast<unsigned char>(c));
-  return h;
-}
-
 }  // namespace
-
-std::uint64_t node_identity() {
-  static const std::uint64_t id = [] {
-    std::array<char, 256> host{};
-    if (::gethostname(host.data(), host.size() - 1) != 0) host[0] = '\0';
-    std::string boot;
-    std::ifstream in("/proc/sys/kernel/random/boot_id");
-    if (in) std::getline(in, boot);
-    return mix_text(mix_text(hash::kSeed, host.data()), boot);
-  }();
-  return id;
-}
 
 PeerRecord::Wire PeerRecord::serialize() const noexcept {
   wire::ByteWriter out;
   out.buffer().reserve(kWireBytes);
-  out.put(kMagic);
-  out.put((exportable ? kExportable : 0) | (device_buffers ? kDeviceBuffers : 0) |
-          (transport_moves_device_memory ? kTransportMovesDeviceMemory : 0));
-  out.put(node);
+  out.put_le(kMagic);
+  out.put_le((exportable ? kExportable : 0) | (device_buffers ? kDeviceBuffers : 0) |
+             (transport_moves_device_memory ? kTransportMovesDeviceMemory : 0));
+  out.put_le(node);
   if (exportable) {
     out.bytes(send.serialize());
     out.bytes(recv.serialize());
@@ -71,15 +46,15 @@ PeerRecord PeerRecord::deserialize(std::span<const std::byte> wire) {
   ANTDT_CHECK_ARG(wire.size() == kWireBytes, "device peer record of ", wire.size(), " bytes (expected ", kWireBytes,
                   ")");
   wire::ByteReader in(wire, "device peer record");
-  ANTDT_CHECK_ARG(in.get<std::uint32_t>() == kMagic, "device peer record: wrong magic (not an antdt peer record)");
+  ANTDT_CHECK_ARG(in.get_le<std::uint32_t>() == kMagic, "device peer record: wrong magic (not an antdt peer record)");
   PeerRecord rec;
-  const auto flags = in.get<std::uint32_t>();
+  const auto flags = in.get_le<std::uint32_t>();
   ANTDT_CHECK_ARG((flags & ~(kExportable | kDeviceBuffers | kTransportMovesDeviceMemory)) == 0,
                   "device peer record: unknown flags ", flags);
   rec.exportable = (flags & kExportable) != 0;
   rec.device_buffers = (flags & kDeviceBuffers) != 0;
   rec.transport_moves_device_memory = (flags & kTransportMovesDeviceMemory) != 0;
-  rec.node = in.get<std::uint64_t>();
+  rec.node = in.get_le<std::uint64_t>();
   cuda::IpcHandle::Wire send_handle, recv_handle;
   in.bytes(send_handle);
   in.bytes(recv_handle);

@@ -16,9 +16,6 @@
 
 namespace antdt::coll::device {
 
-// This machine (host name and boot id): ranks with equal values share a node.
-std::uint64_t node_identity();
-
 struct PeerRecord {
   static constexpr std::uint32_t kMagic = 0x52504441;  // "ADPR"
   static constexpr std::size_t kReasonBytes = 96;

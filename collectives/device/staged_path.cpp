@@ -7,7 +7,7 @@
 #include "collectives/device/device_collectives.hpp"
 #include "collectives/device/segment_pipeline.hpp"
 #include "collectives/device/staged_copy.hpp"
-#include "collectives/suite.hpp"
+#include "collectives/execute.hpp"
 #include "core/dtype.hpp"
 #include "cuda/nvtx.hpp"
 

@@ -40,7 +40,6 @@
 namespace antdt::coll::pushpull {
 namespace {
 
-using detail::ShmChannel;
 
 constexpr std::size_t kHeaderBytes = 64;  // the worker's weight (push), then padding to a cache line
 
@@ -77,7 +76,7 @@ void await_taken(Call& call, ShmChannel& channel, std::span<const int> readers, 
 
 }  // namespace
 
-std::size_t shm_block_elements(const detail::ShmChannel& channel, std::size_t esize) {
+std::size_t shm_block_elements(const ShmChannel& channel, std::size_t esize) {
   return (channel.slot_bytes() - std::min(channel.slot_bytes(), kHeaderBytes)) / esize;
 }
 

@@ -33,15 +33,15 @@ struct ShmKey {
 };
 
 // Elements of a block (a slot less its header).
-std::size_t shm_block_elements(const detail::ShmChannel& channel, std::size_t esize);
+std::size_t shm_block_elements(const ShmChannel& channel, std::size_t esize);
 // push: `data` is the worker's tensor (ignored on a dedicated server); a
 // server adds its range into key.acc and gets each worker's weight in
 // `weights` (indexed like key.workers).
-void shm_push(Call& call, detail::ShmChannel& channel, const ShmKey& key, const std::byte* data, double weight,
+void shm_push(Call& call, ShmChannel& channel, const ShmKey& key, const std::byte* data, double weight,
               std::span<double> weights);
 // pull: a server offers `shard_result` (its range, finished, dtype elements);
 // a worker gets the whole key in `out`.
-void shm_pull(Call& call, detail::ShmChannel& channel, const ShmKey& key, const std::byte* shard_result,
+void shm_pull(Call& call, ShmChannel& channel, const ShmKey& key, const std::byte* shard_result,
               std::byte* out);
 
 }  // namespace antdt::coll::pushpull

@@ -20,6 +20,7 @@
 #include "collectives/device/staged_copy.hpp"
 #include "collectives/api/c_api.hpp"
 #include "core/dtype.hpp"
+#include "core/node_identity.hpp"
 #include "cuda/device_work.hpp"
 
 #include <gtest/gtest.h>
@@ -368,7 +369,7 @@ TEST(DevicePlan, PathIsIpcOnlyWhenEveryRankCanAndSharesANode) {
   EXPECT_TRUE(coll::device::exchanges_records(GpuPath::direct, 2));
   EXPECT_FALSE(coll::device::exchanges_records(GpuPath::automatic, 1));
   EXPECT_TRUE(coll::device::exchanges_records(GpuPath::automatic, 2));
-  EXPECT_EQ(coll::device::node_identity(), coll::device::node_identity());
+  EXPECT_EQ(node_identity(), node_identity());
 }
 
 TEST(DevicePlan, DirectPathWhenEveryTransportMovesDeviceMemoryAndIpcCannot) {

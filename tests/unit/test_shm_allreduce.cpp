@@ -303,15 +303,15 @@ TEST(ShmAllreduceSelection, ForcedTransportAlgorithmsAndZeroLimitNeverUseSharedM
 }
 
 TEST(ShmChannel, OpenRefusesASegmentOfAnotherLayoutAndCreateRefusesAnExistingName) {
-  const std::string name = detail::ShmChannel::make_name(7);
-  const detail::ShmChannel::SegmentShape shape{2, 2, 1024};
-  auto created = detail::ShmChannel::create(name, shape, 0);
-  EXPECT_THROW(detail::ShmChannel::create(name, shape, 0), TransportError);
-  EXPECT_THROW(detail::ShmChannel::open(name, {3, 2, 1024}, 1), TransportError);  // size differs
+  const std::string name = ShmChannel::make_name(7);
+  const ShmChannel::SegmentShape shape{2, 2, 1024};
+  auto created = ShmChannel::create(name, shape, 0);
+  EXPECT_THROW(ShmChannel::create(name, shape, 0), TransportError);
+  EXPECT_THROW(ShmChannel::open(name, {3, 2, 1024}, 1), TransportError);  // size differs
   // Same number of bytes, another shape (one slot of 2144 bytes = two of 1024 with headers): the header says no.
-  ASSERT_EQ(detail::ShmChannel::segment_bytes({2, 1, 2144}), detail::ShmChannel::segment_bytes(shape));
-  EXPECT_THROW(detail::ShmChannel::open(name, {2, 1, 2144}, 1), TransportError);
-  auto opened = detail::ShmChannel::open(name, shape, 1);
+  ASSERT_EQ(ShmChannel::segment_bytes({2, 1, 2144}), ShmChannel::segment_bytes(shape));
+  EXPECT_THROW(ShmChannel::open(name, {2, 1, 2144}, 1), TransportError);
+  auto opened = ShmChannel::open(name, shape, 1);
   // Data published by one side is seen by the other, in the right slot, from its stamp on.
   std::memset(created->own_slot(1).data(), 0x5a, 10);
   EXPECT_FALSE(opened->peek(0, 1, 3).ready);
@@ -325,7 +325,7 @@ TEST(ShmChannel, OpenRefusesASegmentOfAnotherLayoutAndCreateRefusesAnExistingNam
   EXPECT_FALSE(opened->peek(0, 1, 4).ready);  // a later one is not
   EXPECT_FALSE(opened->peek(0, 0, 1).ready);  // the other slot was never published
   created.reset();  // rank 0 removes the name
-  EXPECT_THROW(detail::ShmChannel::open(name, shape, 1), TransportError);
+  EXPECT_THROW(ShmChannel::open(name, shape, 1), TransportError);
 }
 
 }  // namespace
