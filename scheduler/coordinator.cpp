@@ -49,9 +49,34 @@ std::array<std::byte, 16> job_secret(const Config& cfg) {
 // ---------------------------------------------------------------------------
 // Coordinator
 // ---------------------------------------------------------------------------
+namespace {
+
+// A checkpoint that cannot be written is found out at the start, not when the
+// job ends and the final checkpoint fails (the data state of the job lost).
+// The checkpoint goes to a temporary file in the same directory, then is renamed.
+void check_checkpoint_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  const auto where = [&] {
+    return cat("the coordinator checkpoint '", path, "' (ANTDT_COORDINATOR_CHECKPOINT or antdt-coordinator --checkpoint)");
+  };
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) raise<ConfigError>(where(), " is a directory; name a file in it");
+  std::string dir = fs::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  if (!fs::is_directory(dir, ec))
+    raise<ConfigError>(where(), " cannot be written: its directory '", dir, "' does not exist");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    raise<ConfigError>(where(), " cannot be written: its directory '", dir, "' is not writable (",
+                       std::strerror(errno), ")");
+}
+
+}  // namespace
+
 Coordinator::Coordinator(CoordinatorOptions options)
     : options_(std::move(options)), last_checkpoint_(Clock::now()) {
   ANTDT_CHECK_ARG(options_.world_size >= 1, "coordinator: world size must be >= 1, got ", options_.world_size);
+  // Without a dataset there is no data state, and nothing is ever written there.
+  if (options_.dataset_size > 0 && !options_.checkpoint_path.empty()) check_checkpoint_path(options_.checkpoint_path);
   options_.dds.world_size = options_.world_size;
   if (options_.global_batch == 0) options_.global_batch = 32 * static_cast<std::uint64_t>(options_.world_size);
   if (options_.dataset_size > 0) {

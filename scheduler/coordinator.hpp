@@ -87,8 +87,9 @@ struct CoordinatorStats {
 
 class Coordinator {
  public:
-  // InvalidArgument naming the problem (world size, options); restores the Dds
-  // from options.checkpoint_path when that file exists.
+  // InvalidArgument naming the problem (world size, options); ConfigError when
+  // options.checkpoint_path cannot be written (its directory is missing or not
+  // writable); restores the Dds from options.checkpoint_path when that file exists.
   explicit Coordinator(CoordinatorOptions options);
   Coordinator(const Coordinator&) = delete;
   Coordinator& operator=(const Coordinator&) = delete;

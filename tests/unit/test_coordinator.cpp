@@ -390,6 +390,38 @@ TEST(Coordinator, CheckpointRestoresTheDataState) {
   for (auto id : open_samples) EXPECT_TRUE(served.count(id)) << "open sample " << id << " was not served again";
 }
 
+TEST(Coordinator, UnwritableCheckpointPathIsRefusedAtTheStart) {
+  // It used to be accepted, and only the final checkpoint of the job failed (a warning).
+  auto o = options_for(2, 100, 8, 1, 4);
+  auto error_for = [&](const std::string& path) -> std::string {
+    o.checkpoint_path = path;
+    try {
+      Coordinator c(o);
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  std::string msg = error_for("/nonexistent/dir/ck.json");
+  EXPECT_NE(msg.find("ANTDT_COORDINATOR_CHECKPOINT"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("directory '/nonexistent/dir' does not exist"), std::string::npos) << msg;
+  TempDir dir;
+  msg = error_for(dir.file(""));
+  EXPECT_NE(msg.find("is a directory"), std::string::npos) << msg;
+  if (::geteuid() != 0) {  // root may write anywhere
+    const std::string locked = dir.file("locked");
+    std::filesystem::create_directory(locked);
+    std::filesystem::permissions(locked, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+    msg = error_for(locked + "/ck.json");
+    EXPECT_NE(msg.find("is not writable"), std::string::npos) << msg;
+    std::filesystem::permissions(locked, std::filesystem::perms::owner_all);
+  }
+  EXPECT_EQ(error_for(dir.file("ck.json")), "");
+  // Without a dataset nothing is written: the path is not checked.
+  o.dataset_size = 0;
+  EXPECT_EQ(error_for("/nonexistent/dir/ck.json"), "");
+}
+
 // ---------------------------------------------------------------------------
 // The service over TCP
 // ---------------------------------------------------------------------------
