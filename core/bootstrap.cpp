@@ -1,5 +1,6 @@
 #include "core/bootstrap.hpp"
 
+#include "core/bootstrap_admission.hpp"
 #include "core/bootstrap_wire.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -229,60 +230,12 @@ class TcpBootstrap final : public Bootstrap {
     }
   }
 
+  // Every handshake runs at once (core/bootstrap_admission.hpp): connections
+  // that need no secret to open must not hold up the ranks that have it.
   void accept_ranks() {
     net::Fd listener = take_or_bind_listener(root_);
-    peers_.resize(static_cast<std::size_t>(size_));
-    const auto deadline = Clock::now() + timeout_;
-    int joined = 0;
-    while (joined < size_ - 1) {
-      std::string peer_host;
-      net::Fd fd = net::accept_until(listener.get(), deadline, &peer_host);
-      if (!fd) {
-        if (Clock::now() < deadline) continue;
-        std::string missing;
-        for (int r = 1; r < size_; ++r)
-          if (!peers_[static_cast<std::size_t>(r)]) missing += cat(missing.empty() ? "" : ",", r);
-        raise<TimeoutError>("bootstrap root: only ", joined, " of ", size_ - 1, " ranks joined within ",
-                            timeout_.count(), " ms (ANTDT_TIMEOUT_MS); missing ranks ", missing);
-      }
-      // One slow or hostile client must not hold the root for the whole timeout.
-      const auto handshake_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
-      try {
-        int r = admit(fd.get(), handshake_deadline);
-        peers_[static_cast<std::size_t>(r)] = std::move(fd);
-        ++joined;
-      } catch (const Error& e) {
-        ANTDT_WARN("bootstrap root: refused connection from ", peer_host, ": ", e.what());
-      }
-    }
-  }
-
-  // Runs the challenge/response with one connection; returns the rank it proved.
-  int admit(int fd, Clock::time_point deadline) {
-    wire::Challenge challenge;
-    if (RAND_bytes(reinterpret_cast<unsigned char*>(challenge.nonce.data()), static_cast<int>(challenge.nonce.size())) != 1)
-      raise<InternalError>("RAND_bytes failed");
-    net::send_all(fd, wire::encode(challenge), deadline);
-    std::array<std::byte, wire::kHelloBytes> raw{};
-    net::recv_all(fd, raw, deadline);
-    wire::Hello hello = wire::decode_hello(raw);
-    auto refuse = [&](const std::string& why) {
-      try {
-        net::send_all(fd, wire::encode(wire::Verdict{false, why}), deadline);
-      } catch (const Error&) {
-        // The peer may be gone already; the refusal is logged by the caller.
-      }
-      raise<BootstrapError>(why);
-    };
-    if (!wire::verify(root_.secret, challenge, hello))
-      refuse(cat("rank ", hello.rank, " could not prove the job secret (wrong ANTDT_SECRET or unique id)"));
-    if (hello.size != static_cast<std::uint32_t>(size_))
-      refuse(cat("rank ", hello.rank, " believes the job has ", hello.size, " ranks, the root has ", size_));
-    if (hello.rank == 0 || hello.rank >= static_cast<std::uint32_t>(size_))
-      refuse(cat("rank ", hello.rank, " is out of range [1, ", size_, ")"));
-    if (peers_[hello.rank]) refuse(cat("rank ", hello.rank, " joined twice"));
-    net::send_all(fd, wire::encode(wire::Verdict{true, {}}), deadline);
-    return static_cast<int>(hello.rank);
+    peers_ = admit_ranks(listener.get(), root_.secret, size_, Clock::now() + timeout_, timeout_,
+                         AdmissionLimits::for_size(size_));
   }
 
   void join() {

@@ -289,6 +289,31 @@ bool valid_policy_name(std::string_view name) {
   });
 }
 
+// Deeper than any configuration needs, far shallower than the stack allows.
+constexpr std::size_t kMaxJsonDepth = 64;
+
+// How deep arrays and objects nest in `text` (brackets inside strings do not
+// count). A loop, not a parser: the JSON parser and dump() recurse per level,
+// and a document nested 100 000 deep overflowed the stack of every program.
+std::size_t json_nesting_depth(std::string_view text) {
+  std::size_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char ch : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (ch == '\\') escaped = true;
+      else if (ch == '"') in_string = false;
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (ch == '{' || ch == '[') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((ch == '}' || ch == ']') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 // ANTDT_POLICY_CONFIG: JSON text, or @path of a file with it. Only the syntax
 // is checked here (an object); each policy checks its keys when it is made.
 std::string read_policy_config(const std::string& value) {
@@ -301,6 +326,12 @@ std::string read_policy_config(const std::string& value) {
     content << in.rdbuf();
     if (in.bad()) raise<ConfigError>("ANTDT_POLICY_CONFIG='", printable(value), "' is invalid: cannot read '", path, "'");
     text = content.str();
+  }
+  if (const std::size_t depth = json_nesting_depth(text); depth > kMaxJsonDepth) {
+    const std::string shown = value.size() > 80 ? value.substr(0, 80) + "..." : value;  // not 100 kB of brackets
+    raise<ConfigError>("ANTDT_POLICY_CONFIG='", printable(shown), "' is invalid: its JSON nests ", depth,
+                       " levels deep", value.front() == '@' ? " in the file" : "", "; at most ", kMaxJsonDepth,
+                       " are allowed");
   }
   const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded() || !parsed.is_object()) {

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <cerrno>
 #include <cstring>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netdb.h>
@@ -180,6 +181,52 @@ Fd accept_until(int listen_fd, Clock::time_point deadline, std::string* peer) {
   set_common_options(fd.get());
   if (peer) *peer = numeric_host(reinterpret_cast<sockaddr*>(&ss));
   return fd;
+}
+
+void set_nonblocking(int fd) {
+  const int flags = ::fcntl(fd, F_GETFL, 0);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0)
+    raise<BootstrapError>("cannot make socket ", fd, " non-blocking: ", std::strerror(errno));
+}
+
+Fd accept_pending(int listen_fd, std::string* peer) {
+  for (;;) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    Fd fd(::accept4(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_CLOEXEC));
+    if (fd) {
+      set_common_options(fd.get());
+      if (peer) *peer = numeric_host(reinterpret_cast<sockaddr*>(&ss));
+      return fd;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+      raise<BootstrapError>("cannot accept a connection: ", std::strerror(errno));
+    // EAGAIN: nothing waits; ECONNABORTED and the like: that peer is gone already.
+    return Fd{};
+  }
+}
+
+std::size_t send_some(int fd, std::span<const std::byte> data) {
+  for (;;) {
+    ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n >= 0) return static_cast<std::size_t>(n);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    raise<BootstrapError>("connection lost while sending: ", std::strerror(errno));
+  }
+}
+
+std::size_t recv_some(int fd, std::span<std::byte> data) {
+  if (data.empty()) return 0;
+  for (;;) {
+    ssize_t n = ::recv(fd, data.data(), data.size(), MSG_DONTWAIT);
+    if (n > 0) return static_cast<std::size_t>(n);
+    if (n == 0) raise<BootstrapError>("connection closed by the peer");
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    raise<BootstrapError>("connection lost while receiving: ", std::strerror(errno));
+  }
 }
 
 void send_all(int fd, std::span<const std::byte> data, Clock::time_point deadline) {

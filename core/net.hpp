@@ -1,5 +1,7 @@
-// Small RAII helpers over POSIX TCP sockets, used only by the bootstrap.
-// Every blocking operation takes a deadline and fails with TimeoutError.
+// Small RAII helpers over POSIX TCP sockets, used by the bootstrap and the
+// control plane. Every blocking operation takes a deadline and fails with
+// TimeoutError; the *_some/accept_pending calls never block, for servers that
+// serve many connections from one poll() loop.
 #pragma once
 
 #include <chrono>
@@ -47,6 +49,19 @@ std::string default_host_address();
 Fd connect_to(const Endpoint& ep, Clock::time_point deadline);
 // Accepts one connection; an invalid Fd when the deadline passed.
 Fd accept_until(int listen_fd, Clock::time_point deadline, std::string* peer);
+
+// Makes accept() on a listener return at once when the connection poll() saw is gone.
+void set_nonblocking(int fd);
+// Accepts one connection waiting on a non-blocking listener; an invalid Fd when
+// none waits. BootstrapError when the process is out of descriptors or memory
+// (the caller frees some, e.g. drops a connection, rather than spin on poll()).
+Fd accept_pending(int listen_fd, std::string* peer);
+// Writes what the socket takes now; returns the bytes written (0: its buffer is full).
+// BootstrapError when the connection is gone.
+std::size_t send_some(int fd, std::span<const std::byte> data);
+// Reads what has arrived, up to data.size(); returns the bytes read (0: nothing yet).
+// BootstrapError when the peer closed or the connection is gone.
+std::size_t recv_some(int fd, std::span<std::byte> data);
 
 void send_all(int fd, std::span<const std::byte> data, Clock::time_point deadline);
 // Reads exactly data.size() bytes; throws BootstrapError on EOF, TimeoutError on deadline.

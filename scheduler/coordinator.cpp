@@ -49,9 +49,34 @@ std::array<std::byte, 16> job_secret(const Config& cfg) {
 // ---------------------------------------------------------------------------
 // Coordinator
 // ---------------------------------------------------------------------------
+namespace {
+
+// A checkpoint that cannot be written is found out at the start, not when the
+// job ends and the final checkpoint fails (the data state of the job lost).
+// The checkpoint goes to a temporary file in the same directory, then is renamed.
+void check_checkpoint_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  const auto where = [&] {
+    return cat("the coordinator checkpoint '", path, "' (ANTDT_COORDINATOR_CHECKPOINT or antdt-coordinator --checkpoint)");
+  };
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) raise<ConfigError>(where(), " is a directory; name a file in it");
+  std::string dir = fs::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  if (!fs::is_directory(dir, ec))
+    raise<ConfigError>(where(), " cannot be written: its directory '", dir, "' does not exist");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    raise<ConfigError>(where(), " cannot be written: its directory '", dir, "' is not writable (",
+                       std::strerror(errno), ")");
+}
+
+}  // namespace
+
 Coordinator::Coordinator(CoordinatorOptions options)
     : options_(std::move(options)), last_checkpoint_(Clock::now()) {
   ANTDT_CHECK_ARG(options_.world_size >= 1, "coordinator: world size must be >= 1, got ", options_.world_size);
+  // Without a dataset there is no data state, and nothing is ever written there.
+  if (options_.dataset_size > 0 && !options_.checkpoint_path.empty()) check_checkpoint_path(options_.checkpoint_path);
   options_.dds.world_size = options_.world_size;
   if (options_.global_batch == 0) options_.global_batch = 32 * static_cast<std::uint64_t>(options_.world_size);
   if (options_.dataset_size > 0) {
@@ -410,6 +435,9 @@ bool Coordinator::all_exited() const {
 // ---------------------------------------------------------------------------
 namespace {
 constexpr auto kHelloTimeout = std::chrono::seconds(5);
+// A message that started arriving completes within a round trip; a rank whose
+// message stops halfway for this long is broken (or stopped) and counts as lost.
+constexpr auto kFrameTimeout = std::chrono::seconds(5);
 }
 
 CoordinatorService::CoordinatorService(CoordinatorOptions options, const net::Endpoint& listen,
@@ -418,6 +446,7 @@ CoordinatorService::CoordinatorService(CoordinatorOptions options, const net::En
       send_timeout_(send_timeout) {
   ANTDT_CHECK_ARG(!secret_.empty(), "coordinator: the job secret is empty");
   listener_ = net::listen_on(listen.host, listen.port, &bound_);
+  net::set_nonblocking(listener_.get());
   wake_fd_ = net::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake_fd_) raise<TransportError>("eventfd failed: ", std::strerror(errno));
   thread_ = std::thread([this] { run(); });
@@ -444,29 +473,46 @@ bool CoordinatorService::wait_all_exited(Clock::time_point deadline) const {
 
 void CoordinatorService::run() {
   std::vector<pollfd> fds;
+  std::vector<Connection*> polled;
   while (!stop_.load()) {
     fds.clear();
+    polled.clear();
+    auto now = Clock::now();
+    const bool listening = now >= listener_paused_until_;
     fds.push_back({wake_fd_.get(), POLLIN, 0});
-    fds.push_back({listener_.get(), POLLIN, 0});
-    for (const auto& c : connections_) fds.push_back({c->link.fd(), POLLIN, 0});
-    const int rc = ::poll(fds.data(), fds.size(), 1000);
+    fds.push_back({listening ? listener_.get() : -1, POLLIN, 0});
+    auto wake_at = now + std::chrono::seconds(1);
+    if (!listening) wake_at = std::min(wake_at, listener_paused_until_);
+    for (const auto& c : connections_) {
+      fds.push_back({c->link.fd(), POLLIN, 0});
+      polled.push_back(c.get());
+      if (c->rank < 0) wake_at = std::min(wake_at, c->hello_deadline);
+      else if (c->reader.mid_frame()) wake_at = std::min(wake_at, c->frame_started + kFrameTimeout);
+    }
+    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(wake_at - now).count();
+    const int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<long long>(wait + 1, 0, 1000)));
     if (rc < 0 && errno != EINTR) {
       ANTDT_WARN("coordinator: poll failed: ", std::strerror(errno));
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       continue;
     }
     if (stop_.load()) break;
-    if (rc > 0 && (fds[1].revents & POLLIN)) accept_one();
-    const auto now = Clock::now();
-    // Only the connections polled above (accept_one appends after them).
-    const std::size_t polled = fds.size() - 2;
-    for (std::size_t i = 0; i < polled; ++i) {
-      Connection& c = *connections_[i];
+    if (rc > 0 && (fds[1].revents & POLLIN)) accept_new();
+    now = Clock::now();
+    // Only the connections polled above (accept_new appends after them, and may close some).
+    for (std::size_t i = 0; i < polled.size(); ++i) {
+      Connection& c = *polled[i];
+      if (!c.link) continue;
       bool keep = true;
-      if (rc > 0 && (fds[i + 2].revents & (POLLIN | POLLHUP | POLLERR)))
-        keep = serve(c);
-      else if (c.rank < 0 && now >= c.hello_deadline) {
-        ANTDT_WARN("coordinator: a connection sent no hello within ", kHelloTimeout.count(), " s: closed");
+      if (rc > 0 && (fds[i + 2].revents & (POLLIN | POLLHUP | POLLERR))) keep = serve(c);
+      if (keep && c.rank < 0 && now >= c.hello_deadline) {
+        ANTDT_WARN("coordinator: the connection from ", c.peer, " sent no hello within ", kHelloTimeout.count(),
+                   " s: closed");
+        keep = false;
+      } else if (keep && c.rank >= 0 && c.reader.mid_frame() && now >= c.frame_started + kFrameTimeout) {
+        ANTDT_WARN("coordinator: rank ", c.rank, " sent part of a message and nothing more for ",
+                   kFrameTimeout.count(), " s: connection closed");
+        if (!c.said_bye) coordinator_->lost(c.rank);
         keep = false;
       }
       if (!keep) c.link = control::Link();
@@ -482,41 +528,88 @@ void CoordinatorService::run() {
   connections_.clear();
 }
 
-void CoordinatorService::accept_one() {
-  std::string peer;
-  net::Fd fd = net::accept_until(listener_.get(), Clock::now(), &peer);
-  if (!fd) return;
-  auto c = std::make_unique<Connection>();
-  c->link = control::Link(std::move(fd));
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(c->challenge.nonce.data()),
-                 static_cast<int>(c->challenge.nonce.size())) != 1) {
-    ANTDT_WARN("coordinator: RAND_bytes failed; connection from ", peer, " closed");
-    return;
+std::size_t CoordinatorService::max_unauthenticated() const {
+  return std::max<std::size_t>(64, static_cast<std::size_t>(coordinator_->options().world_size));
+}
+
+bool CoordinatorService::drop_oldest_unauthenticated(const std::string& why) {
+  for (const auto& c : connections_) {
+    if (c->rank >= 0 || !c->link) continue;
+    ANTDT_WARN("coordinator: closed the connection from ", c->peer, " before its hello: ", why);
+    c->link = control::Link();
+    return true;
   }
-  try {
-    c->link.send(encode(c->challenge), Clock::now() + send_timeout_);
-  } catch (const Error& e) {
-    ANTDT_WARN("coordinator: connection from ", peer, " lost before its challenge: ", e.what());
-    return;
+  return false;
+}
+
+void CoordinatorService::accept_new() {
+  // Bounded per round, so that a flood of connections cannot starve the ranks'.
+  for (std::size_t n = 0; n < max_unauthenticated(); ++n) {
+    std::string peer;
+    net::Fd fd;
+    try {
+      fd = net::accept_pending(listener_.get(), &peer);
+    } catch (const BootstrapError& e) {
+      // Out of descriptors: make room, or look at the listener again later instead of spinning.
+      if (drop_oldest_unauthenticated(cat("making room (", e.what(), ")"))) continue;
+      ANTDT_WARN("coordinator: ", e.what());
+      listener_paused_until_ = Clock::now() + std::chrono::milliseconds(100);
+      return;
+    }
+    if (!fd) return;
+    const auto waiting = static_cast<std::size_t>(std::count_if(
+        connections_.begin(), connections_.end(), [](const auto& c) { return c->rank < 0 && c->link; }));
+    // The oldest goes first: a rank answers its challenge within a round trip.
+    if (waiting >= max_unauthenticated())
+      drop_oldest_unauthenticated(cat(waiting, " connections were awaiting their hello (the cap); the oldest goes first"));
+    auto c = std::make_unique<Connection>();
+    c->link = control::Link(std::move(fd));
+    c->peer = std::move(peer);
+    if (RAND_bytes(reinterpret_cast<unsigned char*>(c->challenge.nonce.data()),
+                   static_cast<int>(c->challenge.nonce.size())) != 1) {
+      ANTDT_WARN("coordinator: RAND_bytes failed; connection from ", c->peer, " closed");
+      continue;
+    }
+    // A few dozen bytes into a new socket's empty buffer: this send never waits.
+    try {
+      c->link.send(encode(c->challenge), Clock::now() + send_timeout_);
+    } catch (const Error& e) {
+      ANTDT_WARN("coordinator: connection from ", c->peer, " lost before its challenge: ", e.what());
+      continue;
+    }
+    c->hello_deadline = Clock::now() + kHelloTimeout;
+    connections_.push_back(std::move(c));
   }
-  c->hello_deadline = Clock::now() + kHelloTimeout;
-  connections_.push_back(std::move(c));
 }
 
 bool CoordinatorService::serve(Connection& c) {
+  const bool was_mid_frame = c.reader.mid_frame();
   std::optional<Bytes> frame;
   try {
-    frame = c.link.receive(Clock::now());
-  } catch (const Error& e) {
+    frame = c.reader.read_some(c.link.fd());
+  } catch (const BootstrapError& e) {
+    if (c.rank < 0) ANTDT_WARN("coordinator: refused a connection from ", c.peer, ": ", e.what());
+    if (c.rank >= 0 && !c.said_bye) coordinator_->lost(c.rank);
+    return false;
+  } catch (const Error&) {
     if (c.rank >= 0 && !c.said_bye) coordinator_->lost(c.rank);
     return false;
   }
-  if (!frame) return true;
+  if (!frame) {
+    if (!was_mid_frame && c.reader.mid_frame()) c.frame_started = Clock::now();
+    return true;
+  }
+  return handle(c, *frame);
+}
+
+bool CoordinatorService::handle(Connection& c, const Bytes& frame) {
+  // Replies to a connection not yet authenticated are a welcome after a challenge
+  // (both small): they fit its socket buffer and these sends never wait either.
   const auto deadline = Clock::now() + send_timeout_;
   if (c.rank < 0) {
     Welcome welcome;
     try {
-      const Hello hello = decode_hello(*frame);
+      const Hello hello = decode_hello(frame);
       if (!verify(secret_, c.challenge, hello)) {
         welcome.reason = cat("rank ", hello.rank, " could not prove the job secret (wrong ANTDT_SECRET)");
       } else if (hello.world_size != static_cast<std::uint32_t>(coordinator_->options().world_size)) {
@@ -525,7 +618,10 @@ bool CoordinatorService::serve(Connection& c) {
       } else {
         welcome = coordinator_->hello(static_cast<int>(hello.rank), hello.incarnation, hello.generation,
                                       hello.reconnect);
-        if (welcome.accepted) c.rank = static_cast<int>(hello.rank);
+        if (welcome.accepted) {
+          c.rank = static_cast<int>(hello.rank);
+          c.reader.set_limit(control::kMaxFrameBytes);
+        }
       }
     } catch (const Error& e) {
       welcome.reason = e.what();
@@ -542,7 +638,7 @@ bool CoordinatorService::serve(Connection& c) {
   Bytes reply;
   bool keep = true;
   try {
-    const Request request = decode_request(*frame);
+    const Request request = decode_request(frame);
     reply = std::visit(
         [&](const auto& m) -> Bytes {
           using T = std::decay_t<decltype(m)>;

@@ -19,6 +19,7 @@
 #include <antdt/scheduler.hpp>
 
 #include "core/control.hpp"
+#include "core/control_reader.hpp"
 #include "scheduler/controller.hpp"
 #include "scheduler/coordinator_wire.hpp"
 #include "scheduler/dds.hpp"
@@ -86,8 +87,9 @@ struct CoordinatorStats {
 
 class Coordinator {
  public:
-  // InvalidArgument naming the problem (world size, options); restores the Dds
-  // from options.checkpoint_path when that file exists.
+  // InvalidArgument naming the problem (world size, options); ConfigError when
+  // options.checkpoint_path cannot be written (its directory is missing or not
+  // writable); restores the Dds from options.checkpoint_path when that file exists.
   explicit Coordinator(CoordinatorOptions options);
   Coordinator(const Coordinator&) = delete;
   Coordinator& operator=(const Coordinator&) = delete;
@@ -187,17 +189,29 @@ class CoordinatorService {
   void stop() noexcept;
 
  private:
+  // Frames are read without blocking (control::FrameReader): a connection
+  // that sends part of a frame holds its own buffer, never the service thread.
   struct Connection {
     control::Link link;
+    control::FrameReader reader{kMaxHelloFrameBytes};  // the full frame limit once authenticated
+    std::string peer;
     int rank = -1;  // -1 until its hello was accepted
     Challenge challenge;
     std::chrono::steady_clock::time_point hello_deadline;
+    std::chrono::steady_clock::time_point frame_started;  // when reader.mid_frame() became true
     bool said_bye = false;
   };
+  // A hello is some 70 bytes: an unauthenticated peer gets no more than this per frame.
+  static constexpr std::size_t kMaxHelloFrameBytes = 1024;
   void run();
-  void accept_one();
+  void accept_new();
+  bool drop_oldest_unauthenticated(const std::string& why);
   // False when the connection must close.
   bool serve(Connection& c);
+  bool handle(Connection& c, const Bytes& frame);
+  // Connections awaiting their hello at once: room for every rank, and no more
+  // than this for a flood of connections without the secret.
+  std::size_t max_unauthenticated() const;
 
   std::unique_ptr<Coordinator> coordinator_;
   std::vector<std::byte> secret_;
@@ -205,7 +219,8 @@ class CoordinatorService {
   net::Fd listener_;
   net::Endpoint bound_;
   net::Fd wake_fd_;
-  std::vector<std::unique_ptr<Connection>> connections_;
+  std::vector<std::unique_ptr<Connection>> connections_;  // in accept order: the oldest first
+  std::chrono::steady_clock::time_point listener_paused_until_{};  // out of descriptors: accept later
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -1,6 +1,7 @@
 // Bootstrap: the wire format rejects garbage, unique ids round-trip, the TCP
 // rendezvous gathers every rank's bytes, and refuses peers without the secret.
 #include "core/bootstrap.hpp"
+#include "core/bootstrap_admission.hpp"
 #include "core/bootstrap_wire.hpp"
 #include "core/net.hpp"
 
@@ -11,6 +12,8 @@
 
 namespace antdt {
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 Bytes bytes_of(std::string_view s) {
   const auto* p = reinterpret_cast<const std::byte*>(s.data());
@@ -165,6 +168,131 @@ TEST(TcpBootstrap, PeerWithoutTheSecretIsRefusedAndGarbageIgnored) {
   root.join();
   EXPECT_EQ(root_error, "");
   EXPECT_EQ(legit_error, "");
+}
+
+// A unique id naming a free port on the loopback address (UniqueId::create
+// names this host's first interface). The port is free once this returns.
+UniqueId loopback_id() {
+  net::Endpoint bound;
+  { net::Fd probe = net::listen_on("127.0.0.1", 0, &bound); }
+  RootAddress root;
+  root.host = "127.0.0.1";
+  root.port = bound.port;
+  std::mt19937 rng(std::random_device{}());
+  for (auto& b : root.secret) b = static_cast<std::byte>(rng());
+  return encode_unique_id(root);
+}
+
+// Connections that need no secret to open: idle ones, ones that stop in the
+// middle of a hello, ones that send a hello with a wrong MAC and never read.
+struct HostileConnections {
+  std::vector<net::Fd> fds;
+
+  void open(const UniqueId& id, int idle, int partial, int wrong_mac) {
+    const auto addr = decode_unique_id(id);
+    // connect_to retries until rank 0 listens.
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    for (int i = 0; i < idle + partial + wrong_mac; ++i) {
+      auto fd = net::connect_to(net::Endpoint{addr.host, addr.port}, deadline);
+      if (i >= idle) {
+        auto hello = wire::encode(wire::Hello{1, 2, {}});
+        const std::size_t bytes = i < idle + partial ? hello.size() / 2 : hello.size();
+        net::send_all(fd.get(), std::span(hello).first(bytes), deadline);
+      }
+      fds.push_back(std::move(fd));
+    }
+  }
+};
+
+// Runs an n-rank bootstrap and one allgather. Rank 0 starts first; `meanwhile`
+// runs once it is up, before the other ranks start.
+template <class Meanwhile>
+void expect_bootstrap_completes(const UniqueId& id, int n, std::chrono::milliseconds timeout, Meanwhile meanwhile) {
+  std::vector<std::string> errors(static_cast<std::size_t>(n));
+  auto rank = [&](int r) {
+    try {
+      auto boot = make_tcp_bootstrap(id, r, n, timeout);
+      auto all = boot->allgather(bytes_of("rank-" + std::to_string(r)));
+      for (int p = 0; p < n; ++p)
+        if (all[static_cast<std::size_t>(p)] != bytes_of("rank-" + std::to_string(p)))
+          errors[static_cast<std::size_t>(r)] = "wrong contribution of rank " + std::to_string(p);
+    } catch (const std::exception& e) {
+      errors[static_cast<std::size_t>(r)] = e.what();
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.emplace_back(rank, 0);
+  meanwhile();
+  for (int r = 1; r < n; ++r) threads.emplace_back(rank, r);
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+}
+
+TEST(TcpBootstrap, IdleAndPartialConnectionsDoNotDelayTheRanks) {
+  // Handshaking one connection after another, each of these held the root for
+  // its 5 s handshake timeout: 16 of them outlast the 30 s this job has.
+  UniqueId id = loopback_id();
+  HostileConnections hostile;
+  Clock::time_point start;
+  expect_bootstrap_completes(id, 4, std::chrono::seconds(30), [&] {
+    hostile.open(id, /*idle=*/12, /*partial=*/3, /*wrong_mac=*/1);
+    start = Clock::now();
+  });
+  // The ranks never waited for a hostile connection's deadline (5 s).
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(4));
+}
+
+TEST(TcpBootstrap, MoreIdleConnectionsThanTheCapDropTheOldest) {
+  // More connections than handshakes may be in progress (64 for a small job):
+  // the oldest are dropped, the ranks that come last still get in.
+  UniqueId id = loopback_id();
+  HostileConnections hostile;
+  Clock::time_point start;
+  expect_bootstrap_completes(id, 2, std::chrono::seconds(30), [&] {
+    hostile.open(id, /*idle=*/100, /*partial=*/8, /*wrong_mac=*/0);
+    start = Clock::now();
+  });
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(4));
+}
+
+TEST(BootstrapAdmission, SlowHandshakeGetsItsOwnDeadline) {
+  // A connection that never finishes its hello is closed at its own deadline,
+  // while the overall deadline is still far away.
+  UniqueId id = loopback_id();
+  const auto addr = decode_unique_id(id);
+  net::Endpoint bound;
+  net::Fd own = net::listen_on("127.0.0.1", 0, &bound);
+  std::string root_error;
+  std::thread root([&] {
+    try {
+      AdmissionLimits limits;
+      limits.handshake = std::chrono::milliseconds(200);
+      admit_ranks(own.get(), addr.secret, 2, std::chrono::steady_clock::now() + std::chrono::seconds(20),
+                  std::chrono::seconds(20), limits);
+    } catch (const std::exception& e) {
+      root_error = e.what();
+    }
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  auto slow = net::connect_to(bound, deadline);
+  std::array<std::byte, wire::kChallengeBytes> challenge{};
+  net::recv_all(slow.get(), challenge, deadline);
+  auto hello = wire::encode(wire::Hello{1, 2, {}});
+  net::send_all(slow.get(), std::span(hello).first(10), deadline);
+  // The root closes it: the read sees the end, long before the 10 s here.
+  std::array<std::byte, 1> more{};
+  EXPECT_THROW(net::recv_all(slow.get(), more, deadline), BootstrapError);
+  EXPECT_LT(std::chrono::steady_clock::now() + std::chrono::seconds(5), deadline);
+  // The real rank 1, so that the root returns.
+  auto rank1 = net::connect_to(bound, deadline);
+  net::recv_all(rank1.get(), challenge, deadline);
+  wire::Hello real{1, 2, wire::prove(addr.secret, wire::decode_challenge(challenge), 1, 2)};
+  net::send_all(rank1.get(), wire::encode(real), deadline);
+  std::array<std::byte, wire::kVerdictHeadBytes> head{};
+  net::recv_all(rank1.get(), head, deadline);
+  EXPECT_TRUE(wire::decode_verdict_head(head).first);
+  root.join();
+  EXPECT_EQ(root_error, "");
 }
 
 TEST(TcpBootstrap, MissingRankIsATimeoutNamingIt) {

@@ -191,6 +191,36 @@ TEST(Config, InvalidValuesNameTheVariableAndValue) {
   }
 }
 
+TEST(Config, PolicyConfigNestedTooDeepIsAConfigErrorNotACrash) {
+  // 100 000 levels overflowed the stack (the JSON parser and dump() recurse).
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string path = ::testing::TempDir() + "antdt-deep-policy.json";
+  {
+    std::ofstream out(path);
+    out << "{\"a\": " << deep << "}";
+  }
+  std::string msg = error_for({{"ANTDT_POLICY_CONFIG", "@" + path}});
+  EXPECT_NE(msg.find("ANTDT_POLICY_CONFIG"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("nests 100001 levels deep"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("at most 64"), std::string::npos) << msg;
+  msg = error_for({{"ANTDT_POLICY_CONFIG", "{\"a\": " + deep + "}"}});
+  EXPECT_NE(msg.find("nests 100001 levels deep"), std::string::npos) << msg.substr(0, 200);
+  EXPECT_LT(msg.size(), 400u) << "the value is shortened in the message";
+  std::remove(path.c_str());
+}
+
+TEST(Config, PolicyConfigModestNestingStillParses) {
+  // 64 levels in all, brackets inside strings not counted.
+  std::string text = "{\"s\": \"[[[[{{{{\\\"]]]]\", \"a\": ";
+  for (int i = 0; i < 63; ++i) text += "[";
+  text += "1";
+  for (int i = 0; i < 63; ++i) text += "]";
+  text += ", \"b\": {}}";
+  EXPECT_EQ(error_for({{"ANTDT_POLICY_CONFIG", text}}), "");
+  EXPECT_NE(error_for({{"ANTDT_POLICY_CONFIG", "{\"a\": " + std::string(64, '[') + std::string(64, ']') + "}"}}),
+            "");
+}
+
 TEST(Config, InvalidEnumListsAcceptedValues) {
   const std::string e = error_for({{"ANTDT_BIND", "socket"}});
   EXPECT_NE(e.find("auto, none, cores, numa"), std::string::npos) << e;

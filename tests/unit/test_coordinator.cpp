@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <set>
@@ -389,6 +390,38 @@ TEST(Coordinator, CheckpointRestoresTheDataState) {
   for (auto id : open_samples) EXPECT_TRUE(served.count(id)) << "open sample " << id << " was not served again";
 }
 
+TEST(Coordinator, UnwritableCheckpointPathIsRefusedAtTheStart) {
+  // It used to be accepted, and only the final checkpoint of the job failed (a warning).
+  auto o = options_for(2, 100, 8, 1, 4);
+  auto error_for = [&](const std::string& path) -> std::string {
+    o.checkpoint_path = path;
+    try {
+      Coordinator c(o);
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  std::string msg = error_for("/nonexistent/dir/ck.json");
+  EXPECT_NE(msg.find("ANTDT_COORDINATOR_CHECKPOINT"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("directory '/nonexistent/dir' does not exist"), std::string::npos) << msg;
+  TempDir dir;
+  msg = error_for(dir.file(""));
+  EXPECT_NE(msg.find("is a directory"), std::string::npos) << msg;
+  if (::geteuid() != 0) {  // root may write anywhere
+    const std::string locked = dir.file("locked");
+    std::filesystem::create_directory(locked);
+    std::filesystem::permissions(locked, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+    msg = error_for(locked + "/ck.json");
+    EXPECT_NE(msg.find("is not writable"), std::string::npos) << msg;
+    std::filesystem::permissions(locked, std::filesystem::perms::owner_all);
+  }
+  EXPECT_EQ(error_for(dir.file("ck.json")), "");
+  // Without a dataset nothing is written: the path is not checked.
+  o.dataset_size = 0;
+  EXPECT_EQ(error_for("/nonexistent/dir/ck.json"), "");
+}
+
 // ---------------------------------------------------------------------------
 // The service over TCP
 // ---------------------------------------------------------------------------
@@ -496,6 +529,120 @@ TEST(CoordinatorService, RefusesWrongSecretsAndSurvivesGarbage) {
   EXPECT_EQ(service.coordinator().stats().ranks_lost, 1u);
   EXPECT_EQ(service.coordinator().progress().leased, 4u);  // rank 0's; rank 1's 3 went back
   good->bye(false);
+}
+
+// Connections without the secret: idle ones, and ones that send part of a
+// frame (part of a head, or a head and part of its payload) and stop.
+std::vector<net::Fd> open_hostile(const net::Endpoint& address, int idle, int partial) {
+  std::vector<net::Fd> fds;
+  const auto deadline = Clock::now() + 5s;
+  for (int i = 0; i < idle + partial; ++i) {
+    auto fd = net::connect_to(address, deadline);
+    if (i >= idle) {
+      std::array<std::byte, 8 + 10> bytes{};
+      const std::uint32_t magic = control::kFrameMagic, len = 70;
+      std::memcpy(bytes.data(), &magic, 4);
+      std::memcpy(bytes.data() + 4, &len, 4);
+      const std::size_t sent = i % 2 ? 5 : bytes.size();
+      net::send_all(fd.get(), std::span(bytes).first(sent), deadline);
+    }
+    fds.push_back(std::move(fd));
+  }
+  return fds;
+}
+
+// Reads (the challenge) until the other side closes: false at the deadline.
+bool closed_by_peer(int fd, Clock::time_point deadline) {
+  std::array<std::byte, 1> byte{};
+  try {
+    for (;;) net::recv_all(fd, byte, deadline);
+  } catch (const BootstrapError&) {
+    return true;
+  } catch (const TimeoutError&) {
+    return false;
+  }
+}
+
+// Two ranks fetch, commit and report a few steps; the client timeout is what
+// a stalled service runs into.
+void run_two_ranks(const CoordinatorService& service, std::chrono::milliseconds timeout) {
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        auto client = client_for(service, r, 2, 1, timeout);
+        for (std::uint64_t step = 1; step <= 3; ++step) {
+          const Plan p = client->plan(step);
+          const BatchReply b = client->fetch(p.plan.local_batch);
+          if (!b.samples.empty()) {
+            EXPECT_TRUE(client->commit(b.lease)) << "rank " << r;
+          }
+          client->report(Report{step, 0.001, 0, 0, b.samples.size(), Fate::included});
+        }
+        client->bye(false);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "rank " << r << ": " << e.what();
+      }
+    });
+  for (auto& t : ranks) t.join();
+}
+
+TEST(CoordinatorService, PartialFramesWithoutTheSecretDoNotStallTheRanks) {
+  // Read one after another, each partial frame held the service 5 s: 8 of them
+  // outlast the ranks' 10 s timeout.
+  CoordinatorService service(options_for(2, 40, 4, 1, 4), net::Endpoint{"127.0.0.1", 0}, test_secret());
+  auto hostile = open_hostile(service.address(), /*idle=*/6, /*partial=*/8);
+  const auto start = Clock::now();
+  run_two_ranks(service, 10s);
+  // Nothing waited for a hostile connection's deadline (5 s).
+  EXPECT_LT(Clock::now() - start, 4s);
+  EXPECT_EQ(service.coordinator().progress().total_committed, 12u);
+  EXPECT_TRUE(service.wait_all_exited(Clock::now() + 5s));
+}
+
+TEST(CoordinatorService, MoreConnectionsAwaitingHelloThanTheCapDropTheOldest) {
+  // Above the cap (64 for a small job) the oldest connection without a hello
+  // is closed; the ranks, which come last, get in at once.
+  CoordinatorService service(options_for(2, 40, 4, 1, 4), net::Endpoint{"127.0.0.1", 0}, test_secret());
+  auto hostile = open_hostile(service.address(), /*idle=*/90, /*partial=*/10);
+  const auto start = Clock::now();
+  run_two_ranks(service, 10s);
+  EXPECT_LT(Clock::now() - start, 4s);
+  // The first idle connection was closed by the service, not by its 5 s hello deadline.
+  EXPECT_TRUE(closed_by_peer(hostile.front().get(), start + 4s));
+}
+
+TEST(CoordinatorService, AuthenticatedRankStoppingMidMessageHoldsOnlyItself) {
+  CoordinatorService service(options_for(2, 40, 4, 1, 4), net::Endpoint{"127.0.0.1", 0}, test_secret());
+  control::Link raw(net::connect_to(service.address(), Clock::now() + 5s));
+  auto frame = raw.receive(Clock::now() + 5s);
+  ASSERT_TRUE(frame.has_value());
+  Hello hello{1, 2, 0, 0, false, {}};
+  hello.mac = prove(test_secret(), decode_challenge(*frame), 1, 2, 0);
+  raw.send(encode(hello), Clock::now() + 5s);
+  frame = raw.receive(Clock::now() + 5s);
+  ASSERT_TRUE(frame.has_value());
+  ASSERT_TRUE(decode_welcome(*frame).accepted);
+  // Rank 1 sends the first half of a fetch and stops.
+  const Bytes fetch = encode(Request{Fetch{3}});
+  std::array<std::byte, 8> head{};
+  const std::uint32_t magic = control::kFrameMagic, len = static_cast<std::uint32_t>(fetch.size());
+  std::memcpy(head.data(), &magic, 4);
+  std::memcpy(head.data() + 4, &len, 4);
+  net::send_all(raw.fd(), head, Clock::now() + 5s);
+  net::send_all(raw.fd(), std::span(fetch).first(fetch.size() / 2), Clock::now() + 5s);
+  // Rank 0 is served meanwhile: each call of it would otherwise wait out the 5 s.
+  auto rank0 = client_for(service, 0, 2, 1, 3s);
+  for (int i = 0; i < 3; ++i) {
+    const BatchReply b = rank0->fetch(2);
+    ASSERT_EQ(b.samples.size(), 2u);
+    EXPECT_TRUE(rank0->commit(b.lease));
+  }
+  // Rank 1 is lost once its message stayed half-sent for 5 s.
+  const auto deadline = Clock::now() + 20s;
+  while (service.coordinator().stats().ranks_lost == 0 && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(service.coordinator().stats().ranks_lost, 1u);
+  rank0->bye(false);
 }
 
 TEST(CoordinatorService, RankGoneWithoutByeGivesItsSamplesBack) {
