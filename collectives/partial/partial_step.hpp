@@ -3,7 +3,7 @@
 // the result cache, catch-up of late ranks and the accounting are shared; only
 // how the contributors combine their data differs: the ring for
 // partial_allreduce, the push-pull servers for partial push
-// (collectives/pushpull/pushpull.cpp).
+// (collectives/pushpull/pushpull_state.cpp, partial_push.cpp).
 #pragma once
 
 #include "collectives/call.hpp"

@@ -5,7 +5,7 @@
 //
 // Threads: the marks come from the caller's thread; collectives report from
 // the caller's thread or from the communicator's progress thread
-// (non-blocking calls, collectives/suite.hpp), and read the last compute time
+// (non-blocking calls, collectives/request_queue.hpp), and read the last compute time
 // from either. The owner creates a StepTiming at the first mark and publishes
 // it to collectives after (detail::CommImpl::started_step_timing). The timer
 // is guarded by a mutex, and whether a step is open is an atomic, so a

@@ -2,6 +2,7 @@
 // depends on the configuration (core/log.cpp).
 #include "core/config.hpp"
 #include "core/log.hpp"
+#include "test_environment.hpp"
 
 #include <gtest/gtest.h>
 
@@ -20,6 +21,9 @@
 
 namespace antdt {
 namespace {
+
+using test::ScopedEnv;
+using test::StderrCapture;
 
 using Env = std::map<std::string, std::string, std::less<>>;
 
@@ -260,36 +264,6 @@ TEST(Config, DescribeListsEveryVariableAndHidesTheSecret) {
   EXPECT_EQ(all.find("0123456789abcdef"), std::string::npos) << all;
 }
 
-// Sets (or unsets) one process environment variable for a test and restores it.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) {
-      ::setenv(name, value, 1);
-    } else {
-      ::unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      ::setenv(name_.c_str(), old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_.c_str());
-    }
-    try {
-      reload_config();
-    } catch (const ConfigError&) {
-      // The restored environment was already bad before this test.
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
 
 TEST(Config, ProcessConfigReloads) {
   {
@@ -426,43 +400,6 @@ TEST(Launcher, MalformedNumbersNameTheVariable) {
 // Logging (its level comes from the configuration)
 // ---------------------------------------------------------------------------
 
-// Captures what is written to file descriptor 2 while it lives.
-class StderrCapture {
- public:
-  StderrCapture() {
-    std::fflush(stderr);
-    char path[] = "/tmp/antdt_log_test_XXXXXX";
-    fd_ = ::mkstemp(path);
-    EXPECT_GE(fd_, 0);
-    path_ = path;
-    saved_ = ::dup(STDERR_FILENO);
-    ::dup2(fd_, STDERR_FILENO);
-  }
-  std::string finish() {
-    if (saved_ >= 0) {
-      std::fflush(stderr);
-      ::dup2(saved_, STDERR_FILENO);
-      ::close(saved_);
-      saved_ = -1;
-    }
-    std::ifstream in(path_);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  }
-  ~StderrCapture() {
-    finish();
-    ::close(fd_);
-    ::unlink(path_.c_str());
-  }
-  StderrCapture(const StderrCapture&) = delete;
-  StderrCapture& operator=(const StderrCapture&) = delete;
-
- private:
-  int fd_ = -1;
-  int saved_ = -1;
-  std::string path_;
-};
 
 TEST(Log, PrefixRankAndLevel) {
   ScopedEnv level("ANTDT_DEBUG", "INFO");

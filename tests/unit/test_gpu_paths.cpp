@@ -1,5 +1,5 @@
 // The logic of collectives and push-pull on device buffers
-// (collectives/device/*, collectives/pushpull/pushpull.cpp), run on any
+// (collectives/device/*, collectives/pushpull/), run on any
 // machine: a fake DeviceBackend whose "device" memory is host memory
 // registered with it, and whose copies and reductions run only when the code
 // waits for them (or polls a staging slot), in order, as on a CUDA stream. A
@@ -1195,7 +1195,7 @@ TEST(DevicePaths, HostBuffersNeverTouchTheDeviceBackend) {
 
 
 // ---------------------------------------------------------------------------
-// Push-pull on device buffers (collectives/pushpull/pushpull.cpp, docs/pushpull.md)
+// Push-pull on device buffers (collectives/pushpull/, docs/pushpull.md)
 // ---------------------------------------------------------------------------
 // Inputs are small integers and weights small integers, so every sum is exact
 // in every dtype (at most 4 ranks x weight 4 x |value| 5 = 80: fits i8, u8,

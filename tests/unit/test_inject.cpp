@@ -1,4 +1,4 @@
-// ANTDT_INJECT parsing and the per-rank Injector (scheduler/inject).
+// ANTDT_INJECT parsing and the per-rank Injector (core/inject).
 #include "core/config.hpp"
 #include "core/error.hpp"
 #include "core/inject.hpp"

@@ -1,8 +1,8 @@
 // The measuring half of the straggler machinery: window statistics
-// (scheduler/step_stats), the step timer with an injected clock and an
-// asynchronous device clock (scheduler/step_timer), the Monitor's
-// classification from synthetic step streams (scheduler/monitor) and the
-// trace files (scheduler/trace).
+// (collectives/telemetry/step_stats), the step timer with an injected clock and an
+// asynchronous device clock (collectives/telemetry/step_timer), the Monitor's
+// classification from synthetic step streams (collectives/telemetry/monitor) and the
+// trace files (collectives/telemetry/trace).
 #include "core/config.hpp"
 #include "core/error.hpp"
 #include "collectives/telemetry/monitor.hpp"
