@@ -74,7 +74,7 @@ struct Config {
   std::string policy = "bsp";           // ANTDT_POLICY=bsp|antdt-dd|antdt-nd|<registered name>
   std::string policy_config = "{}";     // ANTDT_POLICY_CONFIG: a JSON object, or @path of a file holding one
 
-  // Agent and coordinator (scheduler/coordinator.hpp, docs/scheduler.md).
+  // Agent and coordinator (scheduler/coordinator/service.hpp, docs/scheduler.md).
   std::string coordinator;              // ANTDT_COORDINATOR=host:port (empty: rank 0 hosts one on any port)
   bool coordinator_embedded = false;    // ANTDT_COORDINATOR_EMBEDDED=0|1: rank 0 hosts it at ANTDT_COORDINATOR
   std::string coordinator_checkpoint;   // ANTDT_COORDINATOR_CHECKPOINT: Dds checkpoint file (empty: none)

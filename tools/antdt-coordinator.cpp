@@ -13,7 +13,7 @@
 #include "core/config.hpp"
 #include "core/error.hpp"
 #include "core/net.hpp"
-#include "scheduler/coordinator.hpp"
+#include "scheduler/coordinator/service.hpp"
 
 #include <signal.h>
 
@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "antdt-coordinator: ANTDT_SECRET (32 hex digits, the job's secret) is required\n");
       return 2;
     }
-    auto options = antdt::coord::CoordinatorOptions::from(cfg, world_size, dataset_size, epochs, global_batch);
+    auto options = antdt::sched::coord::CoordinatorOptions::from(cfg, world_size, dataset_size, epochs, global_batch);
     if (shard_size > 0) options.dds.shard_size = shard_size;
     if (!policy.empty()) {
       options.policy = policy;
@@ -80,8 +80,8 @@ int main(int argc, char** argv) {
     sigaddset(&stop_signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);  // before the service thread starts: it inherits the mask
 
-    const auto secret = antdt::coord::job_secret(cfg);
-    antdt::coord::CoordinatorService service(options, antdt::net::parse_endpoint(listen), secret, cfg.timeout);
+    const auto secret = antdt::sched::coord::job_secret(cfg);
+    antdt::sched::coord::CoordinatorService service(options, antdt::net::parse_endpoint(listen), secret, cfg.timeout);
     std::printf("antdt-coordinator: listening on %s for %d ranks (dataset %llu samples, %u epoch(s))\n",
                 service.address().to_string().c_str(), world_size, static_cast<unsigned long long>(dataset_size),
                 epochs);

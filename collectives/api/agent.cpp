@@ -63,7 +63,7 @@ StepPlan AgentImpl::next_step() {
   check_open("next_step");
   if (exit_ordered_) raise<InvalidArgument>("agent of rank ", rank_, ": next_step after a restart order; exit with ", exit_code());
   if (lease_) give_back();
-  const coord::Plan p = client_->plan(step_ + 1);
+  const sched::coord::Plan p = client_->plan(step_ + 1);
   step_ = p.step;
   fetched_this_step_ = false;
   StepPlan plan;
@@ -98,9 +98,9 @@ SampleBatch AgentImpl::next_samples(std::uint64_t cap) {
   fetched_this_step_ = true;
   SampleBatch out;
   // A batch's ids must fit in one frame (kMaxBatchSamples).
-  const std::uint64_t max_samples = std::min({plan_->local_batch, cap, coord::kMaxBatchSamples});
+  const std::uint64_t max_samples = std::min({plan_->local_batch, cap, sched::coord::kMaxBatchSamples});
   if (max_samples == 0) return out;
-  coord::BatchReply reply = client_->fetch(max_samples);
+  sched::coord::BatchReply reply = client_->fetch(max_samples);
   out.epoch = reply.epoch;
   out.finished = reply.status == 2;
   if (reply.lease != 0) lease_ = Lease{reply.lease, client_->reconnections()};
@@ -110,7 +110,7 @@ SampleBatch AgentImpl::next_samples(std::uint64_t cap) {
 
 void AgentImpl::report_step(const StepReport& r) {
   check_open("report_step");
-  coord::Report report;
+  sched::coord::Report report;
   report.step = step_;
   report.compute_s = r.compute_s;
   if (report.compute_s < 0) {
@@ -169,8 +169,8 @@ bool AgentImpl::settle_lease(bool used) {
   return used ? client_->commit(lease.id) : client_->give_back(lease.id);
 }
 
-coord::CoordinatorOptions AgentImpl::coordinator_options() const {
-  auto o = coord::CoordinatorOptions::from(cfg_, size_, options_.dataset_size, options_.epochs,
+sched::coord::CoordinatorOptions AgentImpl::coordinator_options() const {
+  auto o = sched::coord::CoordinatorOptions::from(cfg_, size_, options_.dataset_size, options_.epochs,
                                            options_.global_batch);
   if (options_.shard_size > 0) o.dds.shard_size = options_.shard_size;
   o.embedded = true;
@@ -178,7 +178,7 @@ coord::CoordinatorOptions AgentImpl::coordinator_options() const {
 }
 
 void AgentImpl::connect(const net::Endpoint& address, std::span<const std::byte> secret) {
-  client_ = std::make_unique<coord::CoordinatorClient>(address, secret, rank_, size_,
+  client_ = std::make_unique<sched::coord::CoordinatorClient>(address, secret, rank_, size_,
                                                        static_cast<std::uint32_t>(incarnation_), generation_,
                                                        cfg_.timeout);
 }
@@ -189,9 +189,9 @@ void AgentImpl::start_fresh() {
   size_ = comm_->comm.size();
   if (!cfg_.coordinator.empty()) {
     const net::Endpoint address = net::parse_endpoint(cfg_.coordinator);
-    const auto secret = coord::job_secret(cfg_);
+    const auto secret = sched::coord::job_secret(cfg_);
     if (cfg_.coordinator_embedded && rank_ == 0)
-      service_ = std::make_unique<coord::CoordinatorService>(coordinator_options(), address, secret, cfg_.timeout);
+      service_ = std::make_unique<sched::coord::CoordinatorService>(coordinator_options(), address, secret, cfg_.timeout);
     connect(address, secret);
     return;
   }
@@ -200,7 +200,7 @@ void AgentImpl::start_fresh() {
   if (rank_ == 0) {
     if (RAND_bytes(reinterpret_cast<unsigned char*>(shared.secret.data()), static_cast<int>(shared.secret.size())) != 1)
       raise<InternalError>("RAND_bytes failed to make the coordinator's secret");
-    service_ = std::make_unique<coord::CoordinatorService>(
+    service_ = std::make_unique<sched::coord::CoordinatorService>(
         coordinator_options(), net::Endpoint{net::default_host_address(), 0}, shared.secret, cfg_.timeout);
     const std::string& host = service_->address().host;
     ANTDT_CHECK_ARG(host.size() < shared.host.size(), "coordinator host '", host, "' is too long");
@@ -225,8 +225,8 @@ void AgentImpl::rejoin() {
     raise<ConfigError>("rank 0 cannot be restarted while it hosts the coordinator (ANTDT_COORDINATOR_EMBEDDED=1); "
                        "run antdt-coordinator instead");
   log::set_process_rank(rank_);
-  connect(net::parse_endpoint(cfg_.coordinator), coord::job_secret(cfg_));
-  const coord::Welcome& welcome = client_->welcome();
+  connect(net::parse_endpoint(cfg_.coordinator), sched::coord::job_secret(cfg_));
+  const sched::coord::Welcome& welcome = client_->welcome();
   step_ = welcome.resume_step > 0 ? welcome.resume_step - 1 : 0;
   ANTDT_INFO("agent: rank ", rank_, " incarnation ", incarnation_, " rejoins generation ", welcome.generation,
              " at step ", step_ + 1);
@@ -243,7 +243,7 @@ void AgentImpl::join_generation(std::uint64_t generation) {
   } else {
     const auto deadline = Clock::now() + cfg_.timeout;
     for (;;) {
-      const coord::GenerationId got = client_->join(generation);
+      const sched::coord::GenerationId got = client_->join(generation);
       if (got.ready) {
         id = got.id;
         break;

@@ -10,8 +10,8 @@
 #include "collectives/api/c_api.hpp"
 #include "core/config.hpp"
 #include "core/net.hpp"
-#include "scheduler/coordinator.hpp"
-#include "scheduler/coordinator_client.hpp"
+#include "scheduler/coordinator/service.hpp"
+#include "scheduler/coordinator/client.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -58,7 +58,7 @@ class AgentImpl {
 
   void check_open(const char* what) const;
   bool settle_lease(bool used);
-  coord::CoordinatorOptions coordinator_options() const;
+  sched::coord::CoordinatorOptions coordinator_options() const;
   void connect(const net::Endpoint& address, std::span<const std::byte> secret);
   // A rank's first start: the communicator from the environment, then the coordinator.
   void start_fresh();
@@ -82,8 +82,8 @@ class AgentImpl {
   // Declaration order is destruction order reversed: the client says bye (in
   // close()) before the embedded service stops, and the communicator goes last.
   std::optional<antdtComm> comm_;  // an antdtComm, so that the C API can hand out a handle to it
-  std::unique_ptr<coord::CoordinatorService> service_;
-  std::unique_ptr<coord::CoordinatorClient> client_;
+  std::unique_ptr<sched::coord::CoordinatorService> service_;
+  std::unique_ptr<sched::coord::CoordinatorClient> client_;
 };
 
 }  // namespace antdt::detail

@@ -1,4 +1,4 @@
-// The coordinator (scheduler/coordinator): the per-step agreement on restarts,
+// The coordinator (scheduler/coordinator/service): the per-step agreement on restarts,
 // communicator generations and the stop; leases owned per rank; a lost rank's
 // samples going back; checkpoint and restore. Then the service over real TCP
 // with client threads: every sample committed exactly once per epoch (bitmaps),
@@ -6,8 +6,8 @@
 // and an external coordinator restarted from its checkpoint mid-job.
 #include "core/error.hpp"
 #include "core/net.hpp"
-#include "scheduler/coordinator.hpp"
-#include "scheduler/coordinator_client.hpp"
+#include "scheduler/coordinator/service.hpp"
+#include "scheduler/coordinator/client.hpp"
 
 #include <gtest/gtest.h>
 
@@ -24,7 +24,7 @@
 
 #include <unistd.h>
 
-namespace antdt::coord {
+namespace antdt::sched::coord {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -711,4 +711,4 @@ TEST(CoordinatorService, ExternalCoordinatorRestartsFromItsCheckpoint) {
 }
 
 }  // namespace
-}  // namespace antdt::coord
+}  // namespace antdt::sched::coord

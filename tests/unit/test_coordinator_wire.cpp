@@ -1,9 +1,9 @@
-// The coordinator's wire format (scheduler/coordinator_wire): every message
+// The coordinator's wire format (scheduler/coordinator/wire): every message
 // survives a round trip field for field; truncated, padded, mis-kinded,
 // mis-versioned and out-of-range messages are rejected with BootstrapError; an
 // error reply is thrown as the error of its status; the hello's MAC binds the
 // secret, nonce, rank, world size and incarnation.
-#include "scheduler/coordinator_wire.hpp"
+#include "scheduler/coordinator/wire.hpp"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace antdt::coord {
+namespace antdt::sched::coord {
 namespace {
 
 std::array<std::byte, 16> secret_of(std::uint8_t seed) {
@@ -214,4 +214,4 @@ TEST(CoordinatorWire, GarbageIsRejected) {
 }
 
 }  // namespace
-}  // namespace antdt::coord
+}  // namespace antdt::sched::coord

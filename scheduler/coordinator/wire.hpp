@@ -24,7 +24,7 @@
 #include <variant>
 #include <vector>
 
-namespace antdt::coord {
+namespace antdt::sched::coord {
 
 using Bytes = std::vector<std::byte>;
 
@@ -160,4 +160,4 @@ std::array<std::byte, kMacBytes> prove(std::span<const std::byte> secret, const 
                                        std::uint32_t rank, std::uint32_t world_size, std::uint32_t incarnation);
 bool verify(std::span<const std::byte> secret, const Challenge& challenge, const Hello& hello);
 
-}  // namespace antdt::coord
+}  // namespace antdt::sched::coord

@@ -1,6 +1,6 @@
 // The coordinator (DESIGN §9, docs/scheduler.md "Agent and coordinator"):
 // hosts the job's Dds, a Monitor and the Controller, and serves every rank's
-// Agent over an authenticated TCP protocol (scheduler/coordinator_wire.hpp).
+// Agent over an authenticated TCP protocol (scheduler/coordinator/wire.hpp).
 //
 // Coordinator is the logic alone, driven by one call per request (unit-tested
 // without sockets). CoordinatorService runs it on its own thread behind a
@@ -21,7 +21,7 @@
 #include "core/control.hpp"
 #include "core/control_reader.hpp"
 #include "scheduler/controller.hpp"
-#include "scheduler/coordinator_wire.hpp"
+#include "scheduler/coordinator/wire.hpp"
 #include "scheduler/dds.hpp"
 #include "collectives/telemetry/monitor.hpp"
 
@@ -42,7 +42,7 @@ namespace antdt {
 struct Config;
 }
 
-namespace antdt::coord {
+namespace antdt::sched::coord {
 
 struct CoordinatorOptions {
   int world_size = 1;
@@ -225,4 +225,4 @@ class CoordinatorService {
   std::thread thread_;
 };
 
-}  // namespace antdt::coord
+}  // namespace antdt::sched::coord

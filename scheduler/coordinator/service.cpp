@@ -1,4 +1,4 @@
-#include "scheduler/coordinator.hpp"
+#include "scheduler/coordinator/service.hpp"
 
 #include "core/config.hpp"
 #include "core/error.hpp"
@@ -15,7 +15,7 @@
 #include <unistd.h>
 #include <utility>
 
-namespace antdt::coord {
+namespace antdt::sched::coord {
 
 using Clock = std::chrono::steady_clock;
 
@@ -687,4 +687,4 @@ bool CoordinatorService::handle(Connection& c, const Bytes& frame) {
   return keep;
 }
 
-}  // namespace antdt::coord
+}  // namespace antdt::sched::coord

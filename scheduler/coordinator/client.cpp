@@ -1,11 +1,11 @@
-#include "scheduler/coordinator_client.hpp"
+#include "scheduler/coordinator/client.hpp"
 
 #include "core/error.hpp"
 #include "core/log.hpp"
 
 #include <thread>
 
-namespace antdt::coord {
+namespace antdt::sched::coord {
 
 using Clock = std::chrono::steady_clock;
 
@@ -107,4 +107,4 @@ void CoordinatorClient::bye(bool restarting) {
   link_ = control::Link();
 }
 
-}  // namespace antdt::coord
+}  // namespace antdt::sched::coord

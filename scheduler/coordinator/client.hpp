@@ -1,5 +1,5 @@
 // A rank's connection to the coordinator: authenticated request/response over
-// one TCP connection (scheduler/coordinator_wire.hpp).
+// one TCP connection (scheduler/coordinator/wire.hpp).
 //
 // When the connection breaks (the coordinator process was restarted, e.g. an
 // external antdt-coordinator restored from its checkpoint) a request
@@ -10,14 +10,14 @@
 
 #include "core/control.hpp"
 #include "core/net.hpp"
-#include "scheduler/coordinator_wire.hpp"
+#include "scheduler/coordinator/wire.hpp"
 
 #include <chrono>
 #include <cstdint>
 #include <span>
 #include <vector>
 
-namespace antdt::coord {
+namespace antdt::sched::coord {
 
 class CoordinatorClient {
  public:
@@ -63,4 +63,4 @@ class CoordinatorClient {
   std::uint64_t reconnections_ = 0;
 };
 
-}  // namespace antdt::coord
+}  // namespace antdt::sched::coord

@@ -1,4 +1,4 @@
-#include "scheduler/coordinator_wire.hpp"
+#include "scheduler/coordinator/wire.hpp"
 
 #include "collectives/communicator.hpp"
 #include "core/error.hpp"
@@ -9,7 +9,7 @@
 #include <string_view>
 #include <type_traits>
 
-namespace antdt::coord {
+namespace antdt::sched::coord {
 namespace {
 
 constexpr std::size_t kPrefixBytes = 8;
@@ -399,4 +399,4 @@ bool verify(std::span<const std::byte> secret, const Challenge& challenge, const
   return wire::same_mac(expected, hello.mac);
 }
 
-}  // namespace antdt::coord
+}  // namespace antdt::sched::coord
