@@ -53,6 +53,17 @@ constexpr std::uint64_t mix_text(std::uint64_t h, std::string_view text) noexcep
   return mix(h, text.size());
 }
 
+// SplitMix64's finaliser: a fixed, portable mixing of one word, for what must
+// mean the same on every platform and in every version: the DDS's per-epoch
+// sample order (checkpoints store positions in it) and ANTDT_INJECT's spikes
+// (pure functions of seed, rank and step). Its values must never change.
+constexpr std::uint64_t splitmix64(std::uint64_t x) noexcept {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
 // A hash that is never 0, for fields where 0 means "none".
 constexpr std::uint64_t nonzero(std::uint64_t h) noexcept { return h == 0 ? 1 : h; }
 

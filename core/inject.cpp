@@ -3,6 +3,7 @@
 
 #include "core/config.hpp"
 #include "core/error.hpp"
+#include "core/hash.hpp"
 #include "core/printable.hpp"
 
 #include <algorithm>
@@ -164,20 +165,12 @@ class Parser {
   std::string_view text_;
 };
 
-// splitmix64: a fast, well-mixed 64-bit hash; identical on every platform.
-std::uint64_t mix(std::uint64_t x) noexcept {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 // Uniform in [0, 1), a pure function of its arguments.
 double uniform(std::uint64_t seed, int rank, std::uint64_t clause, std::uint64_t step) noexcept {
-  std::uint64_t h = mix(seed);
-  h = mix(h ^ static_cast<std::uint64_t>(rank));
-  h = mix(h ^ clause);
-  h = mix(h ^ step);
+  std::uint64_t h = hash::splitmix64(seed);
+  h = hash::splitmix64(h ^ static_cast<std::uint64_t>(rank));
+  h = hash::splitmix64(h ^ clause);
+  h = hash::splitmix64(h ^ step);
   return static_cast<double>(h >> 11) * 0x1.0p-53;
 }
 

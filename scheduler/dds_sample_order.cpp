@@ -1,19 +1,10 @@
 // The epoch's sample order (scheduler/dds_sample_order.hpp).
 #include "scheduler/dds_sample_order.hpp"
 
+#include "core/hash.hpp"
+
 namespace antdt::sched {
 namespace {
-
-// SplitMix64 finaliser: a fixed, portable mixing function (std::shuffle and the
-// <random> distributions differ between standard libraries; a checkpoint must
-// mean the same order everywhere). Not hash::mix: a checkpoint stores positions
-// in this order, so its values must never change.
-constexpr std::uint64_t mix64(std::uint64_t x) noexcept {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // A keyed bijection of [0, n): a balanced 4-round Feistel network over the
 // smallest even bit width covering n, with cycle walking back into [0, n).
@@ -29,7 +20,7 @@ std::uint64_t permute(std::uint64_t x, std::uint64_t n, std::uint64_t key) noexc
   do {
     std::uint64_t left = x >> half, right = x & mask;
     for (std::uint64_t round = 0; round < 4; ++round) {
-      const std::uint64_t f = mix64(right ^ mix64(key + round)) & mask;
+      const std::uint64_t f = hash::splitmix64(right ^ hash::splitmix64(key + round)) & mask;
       const std::uint64_t next = left ^ f;
       left = right;
       right = next;
@@ -43,7 +34,7 @@ std::uint64_t permute(std::uint64_t x, std::uint64_t n, std::uint64_t key) noexc
 
 std::uint64_t shuffled_sample(std::uint64_t n, const DdsOptions& options, std::uint32_t epoch,
                               std::uint64_t position) noexcept {
-  const std::uint64_t key = mix64(options.seed ^ mix64(std::uint64_t{epoch} + 1));
+  const std::uint64_t key = hash::splitmix64(options.seed ^ hash::splitmix64(std::uint64_t{epoch} + 1));
   switch (options.shuffle) {
     case ShuffleMode::none: return position;
     case ShuffleMode::samples: return permute(position, n, key);

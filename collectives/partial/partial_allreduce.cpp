@@ -23,6 +23,7 @@
 #include "collectives/telemetry/step_timing.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
+#include "core/hash.hpp"
 #include "core/log.hpp"
 #include "collectives/partial/arbiter.hpp"
 #include "collectives/partial/partial_protocol.hpp"
@@ -123,9 +124,7 @@ constexpr std::uint64_t kFinishSeqBit = std::uint64_t{1} << 61;
 constexpr std::uint64_t kCatchupSeqBit = std::uint64_t{1} << 60;
 
 std::uint64_t signature_of(const Signature& sig, const PartialOptions& opts) {
-  std::uint64_t h = sig.hash();
-  h ^= (static_cast<std::uint64_t>(opts.policy) << 8) ^ (static_cast<std::uint64_t>(opts.staleness) << 16);
-  return h * 0x9e3779b97f4a7c15ULL;
+  return hash::mix(hash::mix(sig.hash(), static_cast<std::uint64_t>(opts.policy)), opts.staleness);
 }
 
 // Runs the data movement of one decision at this rank. `own_result` is where
