@@ -15,7 +15,7 @@
 // lets weight-0 calls fetch those results without any message.
 #include "collectives/algorithms.hpp"
 #include "collectives/shm_common.hpp"
-#include "collectives/collectives.hpp"
+#include "collectives/partial/partial_allreduce.hpp"
 #include "collectives/device/device_collectives.hpp"
 #include "collectives/partial/partial_step.hpp"
 #include "collectives/issued_calls.hpp"
