@@ -129,6 +129,11 @@ class Call {
   // Withdraws a pending operation without failing the call. Returns true when
   // it was withdrawn, false when it had completed (then checked like wait()).
   bool cancel(std::size_t index);
+  // Cancels every operation of this call that is still pending; on return the
+  // transport touches none of their buffers. ~Call does it too, but buffers
+  // that live in the algorithm's own scope go before the Call does: their
+  // owner calls this first when it leaves by an exception (shm_common.cpp).
+  void cancel_pending();
   // Gives waits a fresh ANTDT_TIMEOUT_MS from now (an operation posted early
   // and waited for much later).
   void restart_deadline();
