@@ -142,6 +142,7 @@ class Call {
   // failure handling as the transport waits (mark failed, abort the peers, throw).
   [[noreturn]] void fail_mismatch(const std::string& reason) { fail(Status::mismatch, reason); }
   [[noreturn]] void fail_timeout(const std::string& reason) { fail(Status::timeout, reason); }
+  [[noreturn]] void fail_transport(const std::string& reason) { fail(Status::transport, reason); }
   // Drives the transport once and throws when this rank or a peer aborted.
   void check_aborted();
 

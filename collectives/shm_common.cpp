@@ -9,6 +9,7 @@
 #include <vector>
 #include <sched.h>
 #include <thread>
+#include <unistd.h>
 
 namespace antdt::coll {
 namespace {
@@ -16,6 +17,22 @@ namespace {
 using detail::ShmArea;
 
 constexpr std::size_t kNameBytes = 64;  // set-up message: ok byte + segment name
+
+// How often a wait that has not been answered asks whether the peer's process
+// still exists (ShmChannel::peer_gone reads /proc): a wait shorter than this
+// never pays for it, and a dead peer is seen within about this much.
+constexpr auto kLivenessEvery = std::chrono::milliseconds(20);
+
+// A peer that died never publishes: fail now, naming it, instead of at the
+// deadline. The peers still waiting hear of it through the abort.
+void check_peer_alive(Call& call, const ShmChannel& channel, int peer, const char* what) {
+  if (!channel.peer_gone(peer)) return;
+  char host[256] = "?";
+  ::gethostname(host, sizeof host - 1);
+  call.fail_transport(cat("rank ", call.rank(), " in ", call.signature().describe(), " #", call.seq(), ": peer rank ",
+                          peer, " (pid ", channel.peer_pid(peer), " on ", host, ") failed: its process is gone ",
+                          "while this rank waited for its ", what, " in shared memory"));
+}
 
 void cpu_relax() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
@@ -186,6 +203,7 @@ ShmChannel::Peek shm_wait_for(Call& call, ShmChannel& channel, int peer, int slo
   const auto spin_end = cfg.progress == ProgressMode::spin   ? transport::Deadline::max()
                         : cfg.progress == ProgressMode::wake ? start
                                                              : start + cfg.spin_before_sleep;
+  auto next_liveness = start + kLivenessEvery;
   for (;;) {
     if ((p = channel.peek(peer, slot, stamp)).ready) return p;
     if (call.sequenced()) {
@@ -201,6 +219,10 @@ ShmChannel::Peek shm_wait_for(Call& call, ShmChannel& channel, int peer, int slo
       call.fail_timeout(cat("rank ", call.rank(), " timed out after ", cfg.timeout.count(),
                             " ms (ANTDT_TIMEOUT_MS) in ", call.signature().describe(), " #", call.seq(),
                             " waiting for rank ", peer, "'s ", what, " in shared memory"));
+    if (now >= next_liveness) {
+      next_liveness = now + kLivenessEvery;
+      check_peer_alive(call, channel, peer, what);
+    }
     if (now < spin_end) {
       sched_yield();
       continue;
