@@ -136,11 +136,15 @@ Call::Call(detail::CommImpl& comm, const Signature& sig, std::uint64_t seq, std:
   throw_if_aborted();
 }
 
-Call::~Call() {
+void Call::cancel_pending() {
   for (std::size_t i = 0; i < high_water_; ++i) {
     auto& s = op_slot(i);
     if (s.seq == seq_ && s.completion.pending()) comm_.transport().cancel(s.completion);
   }
+}
+
+Call::~Call() {
+  cancel_pending();
   // The Monitor's view of this rank's step: time inside collectives. Partial
   // collectives report their own split (waiting for the arbiter vs moving data).
   // timed_: the step timing was started when the call began, and stays.

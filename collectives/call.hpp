@@ -129,6 +129,11 @@ class Call {
   // Withdraws a pending operation without failing the call. Returns true when
   // it was withdrawn, false when it had completed (then checked like wait()).
   bool cancel(std::size_t index);
+  // Cancels every operation of this call that is still pending; on return the
+  // transport touches none of their buffers. ~Call does it too, but buffers
+  // that live in the algorithm's own scope go before the Call does: their
+  // owner calls this first when it leaves by an exception (shm_common.cpp).
+  void cancel_pending();
   // Gives waits a fresh ANTDT_TIMEOUT_MS from now (an operation posted early
   // and waited for much later).
   void restart_deadline();
@@ -137,6 +142,7 @@ class Call {
   // failure handling as the transport waits (mark failed, abort the peers, throw).
   [[noreturn]] void fail_mismatch(const std::string& reason) { fail(Status::mismatch, reason); }
   [[noreturn]] void fail_timeout(const std::string& reason) { fail(Status::timeout, reason); }
+  [[noreturn]] void fail_transport(const std::string& reason) { fail(Status::transport, reason); }
   // Drives the transport once and throws when this rank or a peer aborted.
   void check_aborted();
 

@@ -5,8 +5,11 @@
 
 #include <array>
 #include <cstring>
+#include <exception>
+#include <vector>
 #include <sched.h>
 #include <thread>
+#include <unistd.h>
 
 namespace antdt::coll {
 namespace {
@@ -14,6 +17,22 @@ namespace {
 using detail::ShmArea;
 
 constexpr std::size_t kNameBytes = 64;  // set-up message: ok byte + segment name
+
+// How often a wait that has not been answered asks whether the peer's process
+// still exists (ShmChannel::peer_gone reads /proc): a wait shorter than this
+// never pays for it, and a dead peer is seen within about this much.
+constexpr auto kLivenessEvery = std::chrono::milliseconds(20);
+
+// A peer that died never publishes: fail now, naming it, instead of at the
+// deadline. The peers still waiting hear of it through the abort.
+void check_peer_alive(Call& call, const ShmChannel& channel, int peer, const char* what) {
+  if (!channel.peer_gone(peer)) return;
+  char host[256] = "?";
+  ::gethostname(host, sizeof host - 1);
+  call.fail_transport(cat("rank ", call.rank(), " in ", call.signature().describe(), " #", call.seq(), ": peer rank ",
+                          peer, " (pid ", channel.peer_pid(peer), " on ", host, ") failed: its process is gone ",
+                          "while this rank waited for its ", what, " in shared memory"));
+}
 
 void cpu_relax() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
@@ -43,63 +62,103 @@ const char* area_name(ShmArea area) {
   return "?";
 }
 
+// The buffers a set-up posts to the transport, with the duty that comes with
+// them: no posted operation may outlive its buffer. A wait that throws (a
+// MismatchError found in the set-up's messages) leaves the other receives
+// posted, and ~Call, which would cancel them, runs only after this scope is
+// gone: a peer's late delivery would then write freed memory. So the owner
+// cancels (and waits out) whatever the call still has pending before its
+// buffers go, whenever it leaves by an exception. (On the normal path every
+// operation was waited for: nothing to do.)
+template <class Buffers>
+class Posted {
+ public:
+  explicit Posted(Call& call) : call_(call) {}
+  ~Posted() {
+    if (std::uncaught_exceptions() > uncaught_) call_.cancel_pending();
+  }
+  Posted(const Posted&) = delete;
+  Posted& operator=(const Posted&) = delete;
+  Buffers* operator->() noexcept { return &buffers_; }
+
+ private:
+  Call& call_;
+  const int uncaught_ = std::uncaught_exceptions();
+  Buffers buffers_;  // destroyed after the destructor's body: after the cancel
+};
+
+struct RootBuffers {
+  std::vector<NodeKey> keys;
+  std::array<char, kNameBytes> offer{};
+  std::vector<std::uint8_t> mapped;
+  std::uint8_t verdict = 0;
+};
+
+struct PeerBuffers {
+  NodeKey mine;
+  std::array<char, kNameBytes> offer{};
+  std::uint8_t ok = 0;
+  std::uint8_t verdict = 0;
+};
+
 // Rank 0's side of the set-up. Returns the channel when every rank mapped it.
 std::unique_ptr<ShmChannel> set_up_root(Call& call, const ShmChannel::SegmentShape& shape, ShmArea area) {
   const int n = call.size();
   const NodeKey mine = NodeKey::local();
-  std::vector<NodeKey> keys(static_cast<std::size_t>(n));
-  for (int p = 1; p < n; ++p) call.recv(static_cast<std::size_t>(p - 1), p, as_writable_bytes_of(keys[p]));
+  Posted<RootBuffers> b(call);
+  b->keys.resize(static_cast<std::size_t>(n));
+  b->mapped.assign(static_cast<std::size_t>(n), 0);
+  for (int p = 1; p < n; ++p)
+    call.recv(static_cast<std::size_t>(p - 1), p, as_writable_bytes_of(b->keys[static_cast<std::size_t>(p)]));
   call.wait_all();
   bool same_node = true;
-  for (int p = 1; p < n; ++p) same_node &= keys[static_cast<std::size_t>(p)] == mine;
+  for (int p = 1; p < n; ++p) same_node &= b->keys[static_cast<std::size_t>(p)] == mine;
 
   std::unique_ptr<ShmChannel> channel;
-  std::array<char, kNameBytes> offer{};
   if (same_node) {
     const std::string name = ShmChannel::make_name(call.comm().id());
     try {
       channel = ShmChannel::create(name, shape, 0);
-      offer[0] = 1;
-      std::memcpy(offer.data() + 1, name.data(), std::min(name.size(), kNameBytes - 2));
+      b->offer[0] = 1;
+      std::memcpy(b->offer.data() + 1, name.data(), std::min(name.size(), kNameBytes - 2));
     } catch (const TransportError& e) {
       ANTDT_INFO("shared-memory ", area_name(area), " unavailable: ", e.what());
     }
   }
   std::size_t index = static_cast<std::size_t>(n);
-  for (int p = 1; p < n; ++p) call.send(index++, p, std::as_bytes(std::span(offer)));
-  std::vector<std::uint8_t> mapped(static_cast<std::size_t>(n), 0);
-  for (int p = 1; p < n; ++p) call.recv(index++, p, std::as_writable_bytes(std::span(&mapped[p], 1)));
+  for (int p = 1; p < n; ++p) call.send(index++, p, std::as_bytes(std::span(b->offer)));
+  for (int p = 1; p < n; ++p)
+    call.recv(index++, p, std::as_writable_bytes(std::span(&b->mapped[static_cast<std::size_t>(p)], 1)));
   call.wait_all();
-  std::uint8_t verdict = channel ? 1 : 0;
-  for (int p = 1; p < n; ++p) verdict &= mapped[static_cast<std::size_t>(p)];
-  for (int p = 1; p < n; ++p) call.send(index++, p, as_bytes_of(verdict));
+  b->verdict = channel ? 1 : 0;
+  for (int p = 1; p < n; ++p) b->verdict &= b->mapped[static_cast<std::size_t>(p)];
+  for (int p = 1; p < n; ++p) call.send(index++, p, as_bytes_of(b->verdict));
   call.wait_all();
   if (channel) channel->unlink();  // every rank that could map it did: the name is no longer needed
-  if (verdict == 0) channel.reset();
+  if (b->verdict == 0) channel.reset();
   return channel;
 }
 
 std::unique_ptr<ShmChannel> set_up_peer(Call& call, const ShmChannel::SegmentShape& shape, ShmArea area) {
-  const NodeKey mine = NodeKey::local();
+  Posted<PeerBuffers> b(call);
+  b->mine = NodeKey::local();
   std::size_t index = 0;
-  call.send(index++, 0, as_bytes_of(mine));
-  std::array<char, kNameBytes> offer{};
-  call.wait(call.recv(index++, 0, std::as_writable_bytes(std::span(offer))));
+  call.send(index++, 0, as_bytes_of(b->mine));
+  call.wait(call.recv(index++, 0, std::as_writable_bytes(std::span(b->offer))));
   std::unique_ptr<ShmChannel> channel;
-  if (offer[0] == 1) {
-    offer.back() = '\0';
+  if (b->offer[0] == 1) {
+    b->offer.back() = '\0';
     try {
-      channel = ShmChannel::open(std::string(offer.data() + 1), shape, call.rank());
+      channel = ShmChannel::open(std::string(b->offer.data() + 1), shape, call.rank());
     } catch (const TransportError& e) {
       ANTDT_INFO("shared-memory ", area_name(area), " unavailable: ", e.what());
     }
   }
-  const std::uint8_t ok = channel ? 1 : 0;
-  call.send(index++, 0, as_bytes_of(ok));
-  std::uint8_t verdict = 0;
-  call.wait(call.recv(index++, 0, as_writable_bytes_of(verdict)));
+  b->ok = channel ? 1 : 0;
+  call.send(index++, 0, as_bytes_of(b->ok));
+  call.wait(call.recv(index++, 0, as_writable_bytes_of(b->verdict)));
   call.wait_all();
-  if (verdict == 0) channel.reset();
+  if (b->verdict == 0) channel.reset();
   return channel;
 }
 
@@ -144,6 +203,7 @@ ShmChannel::Peek shm_wait_for(Call& call, ShmChannel& channel, int peer, int slo
   const auto spin_end = cfg.progress == ProgressMode::spin   ? transport::Deadline::max()
                         : cfg.progress == ProgressMode::wake ? start
                                                              : start + cfg.spin_before_sleep;
+  auto next_liveness = start + kLivenessEvery;
   for (;;) {
     if ((p = channel.peek(peer, slot, stamp)).ready) return p;
     if (call.sequenced()) {
@@ -159,6 +219,10 @@ ShmChannel::Peek shm_wait_for(Call& call, ShmChannel& channel, int peer, int slo
       call.fail_timeout(cat("rank ", call.rank(), " timed out after ", cfg.timeout.count(),
                             " ms (ANTDT_TIMEOUT_MS) in ", call.signature().describe(), " #", call.seq(),
                             " waiting for rank ", peer, "'s ", what, " in shared memory"));
+    if (now >= next_liveness) {
+      next_liveness = now + kLivenessEvery;
+      check_peer_alive(call, channel, peer, what);
+    }
     if (now < spin_end) {
       sched_yield();
       continue;

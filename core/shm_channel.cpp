@@ -5,12 +5,14 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <functional>
 #include <linux/futex.h>
 #include <new>
 #include <random>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -29,6 +31,51 @@ constexpr std::size_t round_up(std::size_t n, std::size_t to) noexcept { return 
 // holds the value it saw, and every publish changes it (stamps only grow).
 std::uint32_t futex_value(std::uint64_t stamp) noexcept { return static_cast<std::uint32_t>(stamp); }
 
+// Inode of /proc/<who>/ns/pid (0 when unknown).
+std::uint64_t pid_namespace(const std::string& who) noexcept {
+  struct stat st {};
+  if (::stat(("/proc/" + who + "/ns/pid").c_str(), &st) != 0) return 0;
+  return static_cast<std::uint64_t>(st.st_ino);
+}
+
+// The state letter and start time of /proc/<who>/stat. errno tells why when false.
+struct ProcStat {
+  char state = '?';
+  std::uint64_t start_time = 0;
+};
+bool read_proc_stat(const std::string& who, ProcStat& out) noexcept {
+  const int fd = ::open(("/proc/" + who + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[1024];
+  const ssize_t got = ::read(fd, buf, sizeof buf - 1);
+  const int err = errno;
+  ::close(fd);
+  if (got <= 0) {
+    errno = got < 0 ? err : EIO;
+    return false;
+  }
+  buf[got] = '\0';
+  // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so
+  // fields count from the last ')'. The state is field 3, the start time 22.
+  const char* p = std::strrchr(buf, ')');
+  if (p == nullptr) {
+    errno = EIO;
+    return false;
+  }
+  ++p;
+  for (int field = 3; field <= 22; ++field) {
+    while (*p == ' ') ++p;
+    if (*p == '\0') {
+      errno = EIO;
+      return false;
+    }
+    if (field == 3) out.state = *p;
+    if (field == 22) out.start_time = std::strtoull(p, nullptr, 10);
+    while (*p != ' ' && *p != '\0') ++p;
+  }
+  return true;
+}
+
 }  // namespace
 
 // Each slot starts on its own cache line (so a writer never shares a line with
@@ -45,7 +92,13 @@ struct ShmChannel::SlotHeader {
 struct alignas(kLine) AnnounceLine {
   std::atomic<std::uint64_t> seq{0};
   std::atomic<std::uint64_t> hash{0};
+  // Who this rank is, written once when it maps the segment: what a peer
+  // waiting for it needs to tell a dead process from a slow one.
+  std::atomic<std::int64_t> pid{0};
+  std::atomic<std::uint64_t> pid_ns{0};      // inode of its /proc/self/ns/pid (0: unknown)
+  std::atomic<std::uint64_t> start_time{0};  // field 22 of its /proc/<pid>/stat (0: unknown)
 };
+static_assert(sizeof(AnnounceLine) == kLine);
 
 struct alignas(kLine) ShmChannel::SegmentHeader {
   std::atomic<std::uint64_t> magic{0};  // stored last by the creator
@@ -157,7 +210,16 @@ std::unique_ptr<ShmChannel> ShmChannel::open(std::string name, const SegmentShap
 }
 
 ShmChannel::ShmChannel(Key, std::string name, const SegmentShape& shape, int rank, void* base, std::size_t mapped)
-    : name_(std::move(name)), shape_(shape), rank_(rank), base_(base), mapped_(mapped) {}
+    : name_(std::move(name)), shape_(shape), rank_(rank), base_(base), mapped_(mapped) {
+  // Recorded before this rank reports the segment mapped, so every peer can
+  // read it once the set-up's verdict is out.
+  auto* lines = reinterpret_cast<AnnounceLine*>(static_cast<std::byte*>(base_) + sizeof(SegmentHeader));
+  AnnounceLine& line = lines[rank_];
+  ProcStat self;
+  line.start_time.store(read_proc_stat("self", self) ? self.start_time : 0, std::memory_order_relaxed);
+  line.pid_ns.store(pid_namespace("self"), std::memory_order_relaxed);
+  line.pid.store(::getpid(), std::memory_order_release);
+}
 
 ShmChannel::~ShmChannel() {
   if (rank_ == 0) unlink();
@@ -230,6 +292,32 @@ ShmChannel::Announcement ShmChannel::announced(int peer) const noexcept {
   std::atomic_thread_fence(std::memory_order_acquire);
   if (line.seq.load(std::memory_order_relaxed) != a.seq) a.seq = 0;  // torn: being rewritten
   return a;
+}
+
+int ShmChannel::peer_pid(int peer) const noexcept {
+  const auto* lines = reinterpret_cast<const AnnounceLine*>(static_cast<const std::byte*>(base_) + sizeof(SegmentHeader));
+  return static_cast<int>(lines[peer].pid.load(std::memory_order_acquire));
+}
+
+bool ShmChannel::peer_gone(int peer) const noexcept {
+  const auto* lines = reinterpret_cast<const AnnounceLine*>(static_cast<const std::byte*>(base_) + sizeof(SegmentHeader));
+  const AnnounceLine& line = lines[peer];
+  const auto pid = static_cast<pid_t>(line.pid.load(std::memory_order_acquire));
+  if (pid <= 0) return false;
+  // A pid means something here only in the namespace it came from (a peer in
+  // another container that shares our IPC namespace has its own pids).
+  static const std::uint64_t own_ns = pid_namespace("self");
+  const std::uint64_t ns = line.pid_ns.load(std::memory_order_relaxed);
+  if (ns == 0 || ns != own_ns) return false;
+  ProcStat st;
+  if (read_proc_stat(std::to_string(pid), st)) {
+    if (st.state == 'Z' || st.state == 'X') return true;  // dead, not yet reaped by its parent
+    const std::uint64_t start = line.start_time.load(std::memory_order_relaxed);
+    return start != 0 && st.start_time != start;  // the pid now names another process
+  }
+  if (errno == ENOENT || errno == ESRCH) return true;
+  // No /proc to read: the signal check, which cannot tell zombies or reuse.
+  return ::kill(pid, 0) != 0 && errno == ESRCH;
 }
 
 void ShmChannel::sleep_until_published(int peer, int slot, std::uint64_t stamp,

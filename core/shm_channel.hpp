@@ -103,6 +103,17 @@ class ShmChannel {
   };
   Announcement announced(int peer) const noexcept;
 
+  // The process behind `peer`, as it recorded itself when it mapped the
+  // segment (0: unknown).
+  int peer_pid(int peer) const noexcept;
+  // True when `peer`'s process is known to be gone: its pid no longer exists,
+  // is a zombie, or belongs to a newer process (its start time differs). A
+  // process that died never publishes again, and nothing in the segment says
+  // so: a waiter asks this instead of waiting out ANTDT_TIMEOUT_MS. False
+  // when it cannot tell (the peer is in another pid namespace). Reads /proc:
+  // for waits that have already lasted a while, never the fast path.
+  bool peer_gone(int peer) const noexcept;
+
   // Sleeps until `peer`'s slot `slot` may have reached `stamp`, or `max_wait`
   // (a futex wait; spurious returns are fine). Callers spin and yield first.
   void sleep_until_published(int peer, int slot, std::uint64_t stamp, std::chrono::microseconds max_wait) noexcept;

@@ -8,6 +8,12 @@
 //   timeout   rank 1 joins but never calls the collective (it sleeps past
 //             ANTDT_TIMEOUT_MS, then exits 0); the other ranks must get
 //             TimeoutError within the bound given by --max-seconds (default 10).
+//   shm-kill  every rank runs shared-memory AllReduces of --bytes bytes (8: the
+//             mailbox; 1 MiB: the bulk area) until one fails, and after 200 of
+//             them creates <--ready-dir>/ready.<rank>. The driver
+//             (shm_kill_driver.cpp) then kills rank --victim with SIGKILL; a
+//             survivor exits 0 only when its error is a TransportError or a
+//             RemoteAbortError that names the dead rank.
 //   join      join the job (from_env) and pass a barrier; prints the outcome and
 //             exits 0 when joined, or 10 + the antdt status code of the error
 //             (the wrong-secret driver reads this).
@@ -16,6 +22,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -142,6 +149,34 @@ int scenario_timeout(Communicator& comm, double max_seconds) {
   }
 }
 
+struct KillOptions {
+  std::size_t bytes = 8;
+  int victim = 2;
+  std::string ready_dir;
+};
+
+int scenario_shm_kill(Communicator& comm, const KillOptions& o) {
+  const int rank = comm.rank();
+  std::vector<float> data(std::max<std::size_t>(1, o.bytes / sizeof(float)), 1.0f);
+  const std::string dead = "rank " + std::to_string(o.victim);
+  std::uint64_t calls = 0;
+  try {
+    for (;; ++calls) {
+      comm.allreduce(data.data(), data.data(), data.size(), DataType::f32, ReduceOp::max);
+      if (calls == 200 && !o.ready_dir.empty()) {
+        const std::string path = o.ready_dir + "/ready." + std::to_string(rank);
+        if (std::FILE* f = std::fopen(path.c_str(), "w")) std::fclose(f);
+      }
+    }
+  } catch (const antdt::Error& e) {
+    const bool typed = e.status() == antdt::Status::transport || e.status() == antdt::Status::remote_abort;
+    const bool named = std::string(e.what()).find(dead) != std::string::npos;
+    say(rank, std::string(typed && named ? "ok" : "FAIL") + ": after " + std::to_string(calls) + " calls: " +
+                  error_text(e));
+    return typed && named ? 0 : 1;
+  }
+}
+
 int scenario_join() {
   const int rank = static_cast<int>(env_long("ANTDT_RANK", -1));
   const auto start = Clock::now();
@@ -158,7 +193,8 @@ int scenario_join() {
 }
 
 int usage() {
-  std::fprintf(stderr, "usage: antdt_fault_probe mismatch | timeout [--max-seconds S] | join\n");
+  std::fprintf(stderr, "usage: antdt_fault_probe mismatch | timeout [--max-seconds S] | join |\n"
+               "       shm-kill [--bytes B] [--victim R] [--ready-dir D]\n");
   return 2;
 }
 
@@ -169,17 +205,25 @@ int main(int argc, char** argv) {
   const std::string_view scenario = argv[1];
   if (scenario == "join") return scenario_join();
   double max_seconds = 10.0;
+  KillOptions kill;
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--max-seconds") == 0 && i + 1 < argc)
       max_seconds = std::atof(argv[++i]);
+    else if (std::strcmp(argv[i], "--bytes") == 0 && i + 1 < argc)
+      kill.bytes = static_cast<std::size_t>(std::atol(argv[++i]));
+    else if (std::strcmp(argv[i], "--victim") == 0 && i + 1 < argc)
+      kill.victim = std::atoi(argv[++i]);
+    else if (std::strcmp(argv[i], "--ready-dir") == 0 && i + 1 < argc)
+      kill.ready_dir = argv[++i];
     else
       return usage();
   }
-  if (scenario != "mismatch" && scenario != "timeout") return usage();
+  if (scenario != "mismatch" && scenario != "timeout" && scenario != "shm-kill") return usage();
 
   std::optional<Communicator> comm;
   try {
     comm.emplace(Communicator::from_env());
+    if (scenario == "shm-kill") return scenario_shm_kill(*comm, kill);
     return scenario == "mismatch" ? scenario_mismatch(*comm) : scenario_timeout(*comm, max_seconds);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fault_probe: rank %d: unexpected error: %s\n", comm ? comm->rank() : -1, e.what());

@@ -21,6 +21,7 @@
 #include <dirent.h>
 #include <functional>
 #include <stdexcept>
+#include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
 
@@ -326,6 +327,47 @@ TEST(ShmChannel, OpenRefusesASegmentOfAnotherLayoutAndCreateRefusesAnExistingNam
   EXPECT_FALSE(opened->peek(0, 0, 1).ready);  // the other slot was never published
   created.reset();  // rank 0 removes the name
   EXPECT_THROW(ShmChannel::open(name, shape, 1), TransportError);
+}
+
+// A peer's process that maps the segment and then dies (here: exits while
+// its parent has not reaped it yet, a zombie, then reaped): a waiter must be
+// able to tell, since a dead peer never publishes again.
+TEST(ShmChannel, APeerWhoseProcessIsGoneIsSeenGoneAndALiveOneIsNot) {
+  const std::string name = ShmChannel::make_name(8);
+  const ShmChannel::SegmentShape shape{2, 2, 1024};
+  auto created = ShmChannel::create(name, shape, 0);
+  EXPECT_FALSE(created->peer_gone(0));  // this very process
+  EXPECT_EQ(created->peer_pid(0), static_cast<int>(::getpid()));
+  EXPECT_FALSE(created->peer_gone(1));  // never mapped: nothing to tell
+  int go[2], mapped[2];
+  ASSERT_EQ(::pipe(go), 0);
+  ASSERT_EQ(::pipe(mapped), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto opened = ShmChannel::open(name, shape, 1);
+    char c = 1;
+    if (::write(mapped[1], &c, 1) != 1) ::_exit(1);
+    if (::read(go[0], &c, 1) != 1) ::_exit(1);
+    ::_exit(0);  // without unmapping: as a killed process would
+  }
+  char c = 0;
+  ASSERT_EQ(::read(mapped[0], &c, 1), 1);
+  EXPECT_EQ(created->peer_pid(1), static_cast<int>(child));
+  EXPECT_FALSE(created->peer_gone(1));  // alive, waiting for `go`
+  ASSERT_EQ(::write(go[1], &c, 1), 1);
+  // Exited but not reaped: a zombie is gone too.
+  bool gone = false;
+  for (int i = 0; i < 5000 && !gone; ++i) {
+    gone = created->peer_gone(1);
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE(gone);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_TRUE(created->peer_gone(1));  // reaped: no such process
+  for (int fd : {go[0], go[1], mapped[0], mapped[1]}) ::close(fd);
 }
 
 }  // namespace
