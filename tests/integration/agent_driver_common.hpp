@@ -3,6 +3,8 @@
 // check whether a pid is gone, free ports, temporary directories.
 #pragma once
 
+#include "child_process.hpp"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -28,6 +30,8 @@ extern char** environ;
 
 namespace agent_test {
 
+using child_process::free_port;
+
 using Clock = std::chrono::steady_clock;
 
 inline int failures = 0;
@@ -36,22 +40,6 @@ inline void check(bool ok, const std::string& what) {
   std::printf("%s: %s\n", ok ? "ok  " : "FAIL", what.c_str());
   std::fflush(stdout);
   if (!ok) ++failures;
-}
-
-// A loopback port nothing listens on right now.
-inline int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof addr;
-  int port = -1;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0)
-    port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
 }
 
 inline std::string make_temp_dir(const char* tag) {

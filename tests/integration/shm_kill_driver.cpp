@@ -7,6 +7,8 @@
 //   once each made 200 calls, rank 2 is killed; every other rank must exit 0
 //   (a TransportError or RemoteAbortError naming rank 2) within kBoundS.
 // Usage: antdt_shm_kill_driver <path to antdt_fault_probe>
+#include "child_process.hpp"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -24,10 +26,9 @@
 #include <thread>
 #include <vector>
 
-extern char** environ;
-
 namespace {
 
+using namespace child_process;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kRanks = 4;
@@ -35,50 +36,6 @@ constexpr int kVictim = 2;
 constexpr int kTimeoutMs = 30000;  // what the survivors must not wait for
 constexpr double kBoundS = 10.0;   // liveness bound: generous for a loaded machine, far below the timeout
 constexpr auto kStartBound = std::chrono::seconds(60);
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof addr;
-  int port = -1;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0)
-    port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
-}
-
-// The parent's environment without launcher or ANTDT_ variables, plus `extra`.
-std::vector<std::string> child_environment(const std::vector<std::string>& extra) {
-  std::vector<std::string> env;
-  for (char** entry = environ; *entry != nullptr; ++entry) {
-    const std::string_view text(*entry);
-    bool drop = false;
-    for (const std::string_view prefix : {"ANTDT_", "OMPI_", "PMIX_", "PMI_", "SLURM_"})
-      drop = drop || text.starts_with(prefix);
-    if (!drop) env.emplace_back(text);
-  }
-  env.insert(env.end(), extra.begin(), extra.end());
-  return env;
-}
-
-pid_t launch(std::vector<std::string> args, const std::vector<std::string>& env_strings) {
-  std::vector<char*> argv, envp;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (const auto& s : env_strings) envp.push_back(const_cast<char*>(s.c_str()));
-  envp.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::execve(argv[0], argv.data(), envp.data());
-    std::perror("execve");
-    ::_exit(127);
-  }
-  return pid;
-}
 
 // One run; true when every survivor failed as required within the bound.
 bool run(const std::string& probe, std::size_t bytes) {

@@ -7,6 +7,8 @@
 // Usage: antdt_wrong_secret_driver <path to antdt_fault_probe>
 #include <antdt/comm.h>
 
+#include "child_process.hpp"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -23,10 +25,9 @@
 #include <thread>
 #include <vector>
 
-extern char** environ;
-
 namespace {
 
+using namespace child_process;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kTimeoutMs = 4000;
@@ -39,51 +40,6 @@ struct Outcome {
   int signal = 0;
   double seconds = 0;
 };
-
-// A port nothing listens on right now (the kernel's choice for an ephemeral bind).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t length = sizeof addr;
-  int port = -1;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0)
-    port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
-}
-
-// The parent's environment without launcher or ANTDT_ variables, plus `extra`.
-std::vector<std::string> child_environment(const std::vector<std::string>& extra) {
-  std::vector<std::string> env;
-  for (char** entry = environ; *entry != nullptr; ++entry) {
-    const std::string_view text(*entry);
-    bool drop = false;
-    for (const std::string_view prefix : {"ANTDT_", "OMPI_", "PMIX_", "PMI_", "SLURM_"})
-      drop = drop || text.starts_with(prefix);
-    if (!drop) env.emplace_back(text);
-  }
-  env.insert(env.end(), extra.begin(), extra.end());
-  return env;
-}
-
-pid_t launch(const std::string& program, const std::vector<std::string>& env_strings) {
-  std::vector<char*> argv{const_cast<char*>(program.c_str()), const_cast<char*>("join"), nullptr};
-  std::vector<char*> envp;
-  for (const auto& s : env_strings) envp.push_back(const_cast<char*>(s.c_str()));
-  envp.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::execve(program.c_str(), argv.data(), envp.data());
-    std::perror("execve");
-    ::_exit(127);
-  }
-  return pid;
-}
 
 // Waits for both children until `deadline_ms`; kills whoever is still running.
 std::array<Outcome, 2> wait_all(const std::array<pid_t, 2>& pids, Clock::time_point start, int deadline_ms) {
@@ -132,8 +88,8 @@ std::array<Outcome, 2> run_pair(const std::string& program, int port, const std:
     return child_environment(extra);
   };
   const auto start = Clock::now();
-  const pid_t rank0 = launch(program, env_for(0, secret0));
-  const pid_t rank1 = launch(program, env_for(1, secret1));
+  const pid_t rank0 = launch({program, "join"}, env_for(0, secret0));
+  const pid_t rank1 = launch({program, "join"}, env_for(1, secret1));
   if (rank0 < 0 || rank1 < 0) std::perror("fork");
   return wait_all({rank0, rank1}, start, kTimeoutMs + kGraceMs);
 }

@@ -1,0 +1,65 @@
+// Process helpers of the integration drivers that start ranks by hand: a free
+// loopback port, the environment a child rank gets, fork + execve.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <vector>
+
+extern char** environ;
+
+namespace child_process {
+
+// A loopback port nothing listens on right now (the kernel's choice for an ephemeral bind).
+inline int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof addr;
+  int port = -1;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0)
+    port = ntohs(addr.sin_port);
+  ::close(fd);
+  return port;
+}
+
+// The parent's environment without launcher or ANTDT_ variables, plus `extra`.
+inline std::vector<std::string> child_environment(const std::vector<std::string>& extra) {
+  std::vector<std::string> env;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string_view text(*entry);
+    bool drop = false;
+    for (const std::string_view prefix : {"ANTDT_", "OMPI_", "PMIX_", "PMI_", "SLURM_"})
+      drop = drop || text.starts_with(prefix);
+    if (!drop) env.emplace_back(text);
+  }
+  env.insert(env.end(), extra.begin(), extra.end());
+  return env;
+}
+
+// Starts args[0] with args and exactly env_strings as its environment.
+inline pid_t launch(std::vector<std::string> args, const std::vector<std::string>& env_strings) {
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (const auto& s : env_strings) envp.push_back(const_cast<char*>(s.c_str()));
+  envp.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execve(argv[0], argv.data(), envp.data());
+    std::perror("execve");
+    ::_exit(127);
+  }
+  return pid;
+}
+
+}  // namespace child_process
