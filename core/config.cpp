@@ -291,6 +291,9 @@ bool valid_policy_name(std::string_view name) {
 
 // Deeper than any configuration needs, far shallower than the stack allows.
 constexpr std::size_t kMaxJsonDepth = 64;
+// Larger than any configuration needs; what @path reads at most (@/dev/zero
+// must be an error, not a process that reads until memory runs out).
+constexpr std::size_t kMaxPolicyConfigBytes = std::size_t{1} << 20;
 
 // How deep arrays and objects nest in `text` (brackets inside strings do not
 // count). A loop, not a parser: the JSON parser and dump() recurse per level,
@@ -322,10 +325,16 @@ std::string read_policy_config(const std::string& value) {
     const std::string path = value.substr(1);
     std::ifstream in(path, std::ios::binary);
     if (!in) raise<ConfigError>("ANTDT_POLICY_CONFIG='", printable(value), "' is invalid: cannot open '", path, "'");
-    std::ostringstream content;
-    content << in.rdbuf();
+    text.assign(kMaxPolicyConfigBytes + 1, '\0');
+    in.read(text.data(), static_cast<std::streamsize>(text.size()));
     if (in.bad()) raise<ConfigError>("ANTDT_POLICY_CONFIG='", printable(value), "' is invalid: cannot read '", path, "'");
-    text = content.str();
+    text.resize(static_cast<std::size_t>(in.gcount()));
+  }
+  if (text.size() > kMaxPolicyConfigBytes) {
+    const std::string shown = value.size() > 80 ? value.substr(0, 80) + "..." : value;
+    raise<ConfigError>("ANTDT_POLICY_CONFIG='", printable(shown), "' is invalid: ",
+                       value.front() == '@' ? "the file has more than " : "more than ", kMaxPolicyConfigBytes,
+                       " bytes of JSON; at most ", kMaxPolicyConfigBytes, " are allowed");
   }
   if (const std::size_t depth = json_nesting_depth(text); depth > kMaxJsonDepth) {
     const std::string shown = value.size() > 80 ? value.substr(0, 80) + "..." : value;  // not 100 kB of brackets

@@ -213,6 +213,21 @@ TEST(Config, PolicyConfigNestedTooDeepIsAConfigErrorNotACrash) {
   std::remove(path.c_str());
 }
 
+TEST(Config, PolicyConfigLargerThanOneMebibyteIsAConfigError) {
+  // @/dev/zero used to be read until memory ran out; a large document is refused by its size.
+  std::string msg = error_for({{"ANTDT_POLICY_CONFIG", "@/dev/zero"}});
+  EXPECT_NE(msg.find("ANTDT_POLICY_CONFIG='@/dev/zero' is invalid: the file has more than 1048576 bytes"),
+            std::string::npos)
+      << msg;
+  const std::string big = "{\"a\": \"" + std::string(std::size_t{1} << 20, 'x') + "\"}";
+  msg = error_for({{"ANTDT_POLICY_CONFIG", big}});
+  EXPECT_NE(msg.find("is invalid: more than 1048576 bytes of JSON"), std::string::npos) << msg.substr(0, 200);
+  EXPECT_LT(msg.size(), 400u) << "the value is shortened in the message";
+  // Just under the limit still parses.
+  const std::string fits = "{\"a\": \"" + std::string((std::size_t{1} << 20) - 16, 'x') + "\"}";
+  EXPECT_EQ(error_for({{"ANTDT_POLICY_CONFIG", fits}}), "");
+}
+
 TEST(Config, PolicyConfigModestNestingStillParses) {
   // 64 levels in all, brackets inside strings not counted.
   std::string text = "{\"s\": \"[[[[{{{{\\\"]]]]\", \"a\": ";
