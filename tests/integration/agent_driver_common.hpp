@@ -54,28 +54,7 @@ inline std::string make_temp_dir(const char* tag) {
 // Starts argv with the caller's environment minus ANTDT_* and launcher
 // variables, plus `extra` ("NAME=value").
 inline pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::string>& extra) {
-  std::vector<std::string> env;
-  for (char** entry = environ; *entry != nullptr; ++entry) {
-    const std::string_view text(*entry);
-    bool drop = false;
-    for (const std::string_view prefix : {"ANTDT_", "OMPI_", "PMIX_", "PMI_", "SLURM_"})
-      drop = drop || text.starts_with(prefix);
-    if (!drop) env.emplace_back(text);
-  }
-  env.insert(env.end(), extra.begin(), extra.end());
-  std::vector<char*> args, envp;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  std::fflush(stdout);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::execve(args[0], args.data(), envp.data());
-    std::perror("execve");
-    ::_exit(127);
-  }
-  return pid;
+  return child_process::launch(argv, child_process::child_environment(extra));
 }
 
 struct Ended {

@@ -53,6 +53,7 @@ inline pid_t launch(std::vector<std::string> args, const std::vector<std::string
   argv.push_back(nullptr);
   for (const auto& s : env_strings) envp.push_back(const_cast<char*>(s.c_str()));
   envp.push_back(nullptr);
+  std::fflush(stdout);  // else the child would write again what the parent had buffered
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::execve(argv[0], argv.data(), envp.data());
