@@ -123,6 +123,20 @@ constexpr std::uint64_t kStepSeqBit = std::uint64_t{1} << 62;
 constexpr std::uint64_t kFinishSeqBit = std::uint64_t{1} << 61;
 constexpr std::uint64_t kCatchupSeqBit = std::uint64_t{1} << 60;
 
+// The arbiter's answer to this rank: its decision (the straggler classes
+// recorded), or the failure it reports, raised here (a resync leaves the
+// communicator usable; anything else fails it).
+partial::Decision decision_from(detail::CommImpl& comm, PartialState& st, std::span<const std::byte> reply) {
+  auto message = partial::decode_from_arbiter(reply, comm.size());
+  if (auto* failure = std::get_if<partial::Failure>(&message)) {
+    if (failure->status != Status::resync) comm.mark_failed(failure->status, failure->reason);
+    throw_status(failure->status, failure->reason);
+  }
+  partial::Decision d = std::get<partial::Decision>(std::move(message));
+  st.classes = d.classes;
+  return d;
+}
+
 std::uint64_t signature_of(const Signature& sig, const PartialOptions& opts) {
   return hash::mix(hash::mix(sig.hash(), static_cast<std::uint64_t>(opts.policy)), opts.staleness);
 }
@@ -323,13 +337,7 @@ PartialResult partial_step(detail::CommImpl& comm, const void* send, void* recv,
     raise<TimeoutError>("partial_allreduce: rank ", comm.rank(), " waited ", comm.config().timeout.count(),
                         " ms (ANTDT_TIMEOUT_MS) for the decision on step ", next,
                         "; are enough ranks calling partial_allreduce?");
-  auto message = partial::decode_from_arbiter(*reply, comm.size());
-  if (auto* failure = std::get_if<partial::Failure>(&message)) {
-    if (failure->status != Status::resync) comm.mark_failed(failure->status, failure->reason);
-    throw_status(failure->status, failure->reason);
-  }
-  const auto& d = std::get<partial::Decision>(message);
-  st.classes = d.classes;
+  const partial::Decision d = decision_from(comm, st, *reply);
   const auto decided_at = Clock::now();
   if (d.final) {
     // The others finished while this rank was late: its contribution joins no
@@ -390,13 +398,7 @@ PartialResult partial_finish(detail::CommImpl& comm) {
   if (!reply)
     raise<TimeoutError>("partial_finish: rank ", comm.rank(), " waited ", comm.config().timeout.count(),
                         " ms (ANTDT_TIMEOUT_MS) for every rank to finish");
-  auto message = partial::decode_from_arbiter(*reply, comm.size());
-  if (auto* failure = std::get_if<partial::Failure>(&message)) {
-    if (failure->status != Status::resync) comm.mark_failed(failure->status, failure->reason);
-    throw_status(failure->status, failure->reason);
-  }
-  const auto& d = std::get<partial::Decision>(message);
-  st.classes = d.classes;
+  const partial::Decision d = decision_from(comm, st, *reply);
   if (!d.catchups.empty())
     move_data(comm, st, d, st.last_signature, kFinishSeqBit | d.step, nullptr, nullptr, st.last_signature.count, true);
   st.latest = std::max(st.latest, d.step);
