@@ -1,0 +1,211 @@
+"""A DDP communication hook that skips laggards: the partial AllReduce of the
+Agent's plan (docs/torch.md, "Straggler tools").
+
+One training step is one exchange of the whole gradient (every DDP bucket in one
+call, made at the last bucket), weighted by the rank's local batch:
+
+* ``wait`` steps (BSP) run a plain AllReduce;
+* ``drop`` / ``defer`` steps run ``partial_allreduce`` with the plan's late
+  policy: a late contribution is dropped (its samples go back to the DDS) or
+  added into a later step; a late rank receives the results it missed and
+  applies them (``apply_missed``) without computing those steps.
+
+The weighted average is exact: every rank sends ``[b * g, b]`` (b = its local
+batch, g = the mean gradient of its batch) and divides the sum's gradient part
+by its last element, Σ b_i — which also counts the samples behind every
+result, fetched ones included. Every rank applies the same results in the same
+order, so replicas stay bit-identical.
+
+Usage (the trainer keeps the step loop; see tools/train_fashion_mnist.py)::
+
+    hook = PartialAllReduceHook(agent)
+    ddp.register_comm_hook(hook, PartialAllReduceHook.ddp_hook)
+    plan = agent.next_step()
+    if hook.already_applied(plan): continue        # a late rank fetched this step's result
+    hook.begin_step(plan, samples=len(batch))
+    loss.backward()                                 # the hook exchanges at the last bucket
+    if hook.last_count > 0: optimizer.step()
+    hook.apply_missed(optimizer)                    # results this rank was late for
+    agent.settle(hook.last_fate)
+"""
+
+import torch
+
+from antdt.agent import Error, Fate, LatePolicy, ReduceOp
+
+
+class PartialAllReduceHook:
+    def __init__(self, agent, late=None):
+        """late: a LatePolicy forcing every step's policy (tests); None: the plan's."""
+        self.agent = agent
+        self.late_override = late
+        self.done_through = 0        # the last step whose result this rank applied
+        self.run_open = False        # inside a run of partial steps
+        self.run_policy = LatePolicy.wait
+        self.run_staleness = 1
+        self.plan = None
+        self.samples = 0
+        self.last_fate = Fate.none
+        self.last_count = 0.0        # samples behind the last result (0: nothing to apply)
+        self.last_result = None
+        self.missed = []             # (flat gradient, samples) of results fetched for later steps
+        self.params = None           # the parameters in the flat gradient's order
+        self._pending = []           # (bucket buffer, future) of buckets before the last
+        self.counts = {"included": 0, "deferred": 0, "dropped": 0, "none": 0, "fetched_results": 0, "steps": 0}
+
+    # -- the step protocol -------------------------------------------------
+    def policy_of(self, plan):
+        return self.late_override if self.late_override is not None else plan.late
+
+    def already_applied(self, plan):
+        """True when this rank fetched this step's result while it was late: skip the step."""
+        return plan.step <= self.done_through
+
+    def begin_step(self, plan, samples):
+        """Before the step's (last) backward: the plan and this rank's batch size."""
+        if plan.step != self.done_through + 1:
+            raise Error(f"rank {self.agent.rank} is at step {plan.step} but applied the results through step "
+                        f"{self.done_through} (steps and results must match)")
+        late = self.policy_of(plan)
+        if self.run_open and (plan.rebuild or late != self.run_policy or plan.staleness != self.run_staleness):
+            self.finish_run()
+        self.plan = plan
+        self.samples = int(samples)
+
+    def finish_run(self):
+        """Ends a run of partial steps (before plain steps, a rebuild, an exit or the end)."""
+        if not self.run_open:
+            return
+        self._catch_up(self.agent.communicator().partial_finish().steps_behind)
+        self.run_open = False
+
+    # -- the exchange ------------------------------------------------------
+    def exchange(self, flat):
+        """This step's exchange of `flat` (the mean gradient of this rank's batch, or zeros
+        for an empty batch). Returns the step's result (the weighted average)."""
+        comm = self.agent.communicator()
+        n = float(self.samples)
+        send = torch.empty(flat.numel() + 1, dtype=torch.float32)
+        torch.mul(flat.reshape(-1).to(torch.float32), n, out=send[:-1])
+        send[-1] = n
+        recv = torch.empty_like(send)
+        late = self.policy_of(self.plan)
+        self.counts["steps"] += 1
+        if late == LatePolicy.wait:
+            comm.allreduce(send, recv, ReduceOp.sum)
+            self.done_through = self.plan.step
+            fate = Fate.included if n > 0 else Fate.none
+        else:
+            if not self.run_open:
+                self.run_open, self.run_policy, self.run_staleness = True, late, self.plan.staleness
+            # An empty batch still arrives (zeros, weight 1, adding 0 to Σ b): the arbiter closes a
+            # step only with an on-time contribution of weight > 0.
+            r = self._partial(comm, send, recv, weight=n if n > 0 else 1.0, samples=int(n))
+            fate = r.fate if n > 0 else Fate.none
+            result = self._result(recv)
+            self._catch_up(r.steps_behind)
+            self._finish_exchange(fate, result)
+            return result[0]
+        result = self._result(recv)
+        self._finish_exchange(fate, result)
+        return result[0]
+
+    def _finish_exchange(self, fate, result):
+        self.last_fate = fate
+        self.last_result, self.last_count = result
+        self.counts[fate.name] += 1
+
+    @staticmethod
+    def _result(recv):
+        count = float(recv[-1])
+        grad = recv[:-1] / count if count > 0 else torch.zeros_like(recv[:-1])
+        return grad, count
+
+    def _partial(self, comm, send, recv, weight, samples):
+        r = comm.partial_allreduce(send, recv, ReduceOp.sum, policy=self.run_policy, weight=weight,
+                                   staleness=self.run_staleness, samples=samples)
+        if r.step == 0:
+            raise Error(f"rank {self.agent.rank}: partial_allreduce for step {self.done_through + 1} found the run "
+                        "ended by the other ranks")
+        self.done_through += 1
+        return r
+
+    def _catch_up(self, behind):
+        """The results this rank missed, from its result cache (no messages, no compute)."""
+        if behind == 0:
+            return
+        comm = self.agent.communicator()
+        size = len(self.last_result) + 1 if self.last_result is not None else self._flat_size() + 1
+        zeros = torch.zeros(size, dtype=torch.float32)
+        while behind > 0:
+            recv = torch.empty_like(zeros)
+            r = self._partial(comm, zeros, recv, weight=0.0, samples=0)
+            self.missed.append(self._result(recv))
+            self.counts["fetched_results"] += 1
+            behind = r.steps_behind
+
+    def _flat_size(self):
+        if self.params is None:
+            raise Error("PartialAllReduceHook: the gradient layout is unknown (no backward ran yet)")
+        return sum(p.numel() for p in self.params)
+
+    # -- applying results --------------------------------------------------
+    def set_layout(self, params):
+        """The parameters in the flat gradient's order (the DDP hook learns it from the buckets)."""
+        self.params = list(params)
+
+    def flat_grads(self):
+        return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in self.params])
+
+    def load_grads(self, flat):
+        offset = 0
+        for p in self.params:
+            k = p.numel()
+            g = flat[offset:offset + k].view_as(p)
+            if p.grad is None:
+                p.grad = g.clone()
+            else:
+                p.grad.copy_(g)
+            offset += k
+
+    def exchange_without_backward(self):
+        """A step without DDP's backward (an empty batch): zeros in, the result into .grad."""
+        result = self.exchange(torch.zeros(self._flat_size()))
+        self.load_grads(result)
+        return result
+
+    def apply_missed(self, optimizer, grad_scale=None):
+        """Applies the results this rank fetched while late (each an optimizer step), the
+        gradient times grad_scale(samples) when given (e.g. samples / global batch, so a
+        result of few samples moves the model less). Returns how many."""
+        applied = 0
+        for grad, count in self.missed:
+            if count > 0:
+                self.load_grads(grad * grad_scale(count) if grad_scale else grad)
+                optimizer.step()
+                applied += 1
+        self.missed.clear()
+        return applied
+
+    # -- the DDP communication hook ----------------------------------------
+    @staticmethod
+    def ddp_hook(state, bucket):
+        """register_comm_hook(state=<this object>, hook=PartialAllReduceHook.ddp_hook)."""
+        self = state
+        fut = torch.futures.Future()
+        self._pending.append((bucket, fut))
+        if not bucket.is_last():
+            return fut
+        pending, self._pending = self._pending, []
+        pending.sort(key=lambda bf: bf[0].index())
+        # DDP rebuilds its buckets after the first iteration: learn the layout every time.
+        self.set_layout(p for b, _ in pending for p in b.parameters())
+        buffers = [b.buffer() for b, _ in pending]
+        result = self.exchange(torch.cat([buf.reshape(-1) for buf in buffers]))
+        offset = 0
+        for (b, f), buf in zip(pending, buffers):
+            k = buf.numel()
+            buf.copy_(result[offset:offset + k].view_as(buf))
+            offset += k
+            f.set_result(buf)
+        return fut
