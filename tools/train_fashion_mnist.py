@@ -250,7 +250,7 @@ def train_antdt(args):
         t0 = time.time()
         plan = agent.next_step()
         if agent.should_exit():
-            hook.finish_run()
+            hook.leave_generation()
             run.record(step=plan.step, t=run.clock(), restart=True)
             run.log.close()
             print(f"train_fashion_mnist: rank {run.rank} ordered to restart at step {plan.step}", flush=True)
@@ -258,13 +258,14 @@ def train_antdt(args):
             agent.close()
             return agent.exit_code
         if plan.stop:
-            hook.finish_run()
+            hook.leave_generation()
             step = plan.step - 1
             break
         if hook.already_applied(plan):
             continue
         if plan.rebuild or ddp is None:
-            hook.finish_run()
+            if ddp is not None:
+                hook.leave_generation()
             agent.communicator()
             resync()
             if dist.is_initialized():
@@ -274,21 +275,20 @@ def train_antdt(args):
         hook.begin_step(plan, len(ids))
         exchange_before = hook_time.total
         c0 = time.time()
-        if ids:
-            batch = torch.tensor(ids)
-            per_pass = plan.micro_batch or len(ids)
-            chunks = [batch[i:i + per_pass] for i in range(0, len(ids), per_pass)]
-            for k, chunk in enumerate(chunks):
-                # Gradient accumulation: DDP (and the hook) exchange at the last pass only.
-                ctx = ddp.no_sync() if k + 1 < len(chunks) else contextlib.nullcontext()
-                with ctx:
-                    loss = F.cross_entropy(ddp(run.x[chunk]), run.y[chunk], reduction="sum") / len(ids)
-                    loss.backward()
-        else:
-            # No data now (the epoch's rest is leased to others): wait as a loader would, then
-            # take part with weight 0.
+        if not ids:
+            # No data now (the epoch's rest is leased to others): wait as a loader would.
             time.sleep(idle_s)
-            hook.exchange_without_backward()
+        # An empty batch runs DDP too (0 samples, weight 0): DDP counts its iterations and
+        # syncs its buckets over the process group at the second one, so every rank runs each.
+        batch = torch.tensor(ids, dtype=torch.int64)
+        per_pass = plan.micro_batch or max(len(ids), 1)
+        chunks = [batch[i:i + per_pass] for i in range(0, len(ids), per_pass)] or [batch]
+        for k, chunk in enumerate(chunks):
+            # Gradient accumulation: DDP (and the hook) exchange at the last pass only.
+            ctx = ddp.no_sync() if k + 1 < len(chunks) else contextlib.nullcontext()
+            with ctx:
+                loss = F.cross_entropy(ddp(run.x[chunk]), run.y[chunk], reduction="sum") / max(len(ids), 1)
+                loss.backward()
         compute_s = time.time() - c0 - (hook_time.total - exchange_before)
         if ids:
             idle_s = min(max(compute_s, 0.002), 0.2)

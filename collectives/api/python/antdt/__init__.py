@@ -2,6 +2,7 @@
 straggler tools (antdt.torch.hook, antdt.torch.sampler). docs/torch.md."""
 
 from antdt.agent import (  # noqa: F401
+    late_policy,
     Agent,
     Communicator,
     Error,

@@ -23,8 +23,11 @@ Usage (the trainer keeps the step loop; see tools/train_fashion_mnist.py)::
     plan = agent.next_step()
     if hook.already_applied(plan): continue        # a late rank fetched this step's result
     hook.begin_step(plan, samples=len(batch))
-    loss.backward()                                 # the hook exchanges at the last bucket
+    loss.backward()                                 # the hook exchanges at the last bucket; an empty
+                                                    # batch runs DDP too (0 samples: weight 0), since
+                                                    # DDP syncs its buckets at its 2nd iteration
     if hook.last_count > 0: optimizer.step()
+    # before a rebuild (plan.rebuild), a restart exit or the end: hook.leave_generation()
     hook.apply_missed(optimizer)                    # results this rank was late for
     agent.settle(hook.last_fate)
 """
@@ -50,6 +53,9 @@ class PartialAllReduceHook:
         self.last_result = None
         self.missed = []             # (flat gradient, samples) of results fetched for later steps
         self.params = None           # the parameters in the flat gradient's order
+        # The communicator of the last exchange: finishing a run and leaving a generation
+        # must use it, since agent.communicator() would already rebuild on a rebuild step.
+        self.comm = None
         self._pending = []           # (bucket buffer, future) of buckets before the last
         self.counts = {"included": 0, "deferred": 0, "dropped": 0, "none": 0, "fetched_results": 0, "steps": 0}
 
@@ -76,14 +82,25 @@ class PartialAllReduceHook:
         """Ends a run of partial steps (before plain steps, a rebuild, an exit or the end)."""
         if not self.run_open:
             return
-        self._catch_up(self.agent.communicator().partial_finish().steps_behind)
+        self._catch_up(self.comm.partial_finish().steps_behind)
         self.run_open = False
+
+    def leave_generation(self):
+        """Before the communicator goes (a rebuild, a restart exit, the end): ends the run
+        of partial steps, then waits for every rank at a barrier. partial_finish alone may
+        return on the on-time ranks while a late rank is still in its last partial step, and
+        a rank that rebuilt (destroying the communicator and its arbiter) would cut that
+        rank off; every rank reaches the same step's rebuild, exit or stop, so all pass."""
+        self.finish_run()
+        if self.comm is not None:
+            self.comm.barrier()
+        self.comm = None
 
     # -- the exchange ------------------------------------------------------
     def exchange(self, flat):
         """This step's exchange of `flat` (the mean gradient of this rank's batch, or zeros
         for an empty batch). Returns the step's result (the weighted average)."""
-        comm = self.agent.communicator()
+        comm = self.comm = self.agent.communicator()
         n = float(self.samples)
         send = torch.empty(flat.numel() + 1, dtype=torch.float32)
         torch.mul(flat.reshape(-1).to(torch.float32), n, out=send[:-1])
@@ -134,7 +151,7 @@ class PartialAllReduceHook:
         """The results this rank missed, from its result cache (no messages, no compute)."""
         if behind == 0:
             return
-        comm = self.agent.communicator()
+        comm = self.comm
         size = len(self.last_result) + 1 if self.last_result is not None else self._flat_size() + 1
         zeros = torch.zeros(size, dtype=torch.float32)
         while behind > 0:
