@@ -1,6 +1,6 @@
 """A short real training run (2 ranks under antdt-run, ANTDT_POLICY=antdt-dd with a
 micro-batch cap so gradient accumulation runs, the DDP hook and the DDS sampler): 300 steps
-of B = 64 on the first 19 200 Fashion-MNIST images must reach 75% test accuracy (all
+of B = 64 on the first 19 200 Fashion-MNIST images must reach 70% test accuracy (all
 10 000 test images), with identical replicas and every sample committed once.
 
   train_short.py <antdt-run> <tools/train_fashion_mnist.py> <out dir>
@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import job  # noqa: E402
 
 DATA = "/usr/share/datasets/fashion-mnist"
-SAMPLES, BATCH, MIN_ACCURACY = 19200, 64, 0.75
+SAMPLES, BATCH, MIN_ACCURACY = 19200, 64, 0.70  # 300 steps reach 76-80 %; chance is 10 %
 
 
 def main():
