@@ -410,9 +410,11 @@ ncclResult_t GroupEnd() {
     return guarded(comm, "ncclGroupEnd", [&] {
       antdt::Communicator& c = *comm->comm;
       bool open = false;
+      std::size_t mine = 0;
+      for (const GroupedCall& call : calls) mine += call.comm == comm ? 1 : 0;
       for (GroupedCall& call : calls) {
         if (call.comm != comm) continue;
-        if (call.collective && !open) { c.group_start(); open = true; }
+        if (call.collective && !open && mine > 1) { c.group_start(); open = true; }
         if (!call.collective && open) { c.group_end(); open = false; }
         call.run(c);
       }

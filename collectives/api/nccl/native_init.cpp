@@ -155,7 +155,8 @@ ncclResult_t CommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, i
   return make_comm(newcomm, nranks, to_antdt(commIds[0]), myrank, config, "ucx", "ncclCommInitRankScalable");
 }
 
-// One process, ndev ranks: the ranks are threads over antdt's in-process transport.
+// One process, ndev ranks: one communicator per rank, made on a thread each
+// (UCX between them: antdt's in-process transport needs its ranks created together).
 ncclResult_t CommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
   if (comm == nullptr || ndev < 1) return fail(nullptr, ncclInvalidArgument, "ncclCommInitAll: comm NULL or ndev < 1");
   antdt::UniqueId id;
@@ -165,7 +166,7 @@ ncclResult_t CommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
   std::vector<ncclResult_t> results(static_cast<std::size_t>(ndev), ncclSuccess);
   std::vector<std::thread> threads;
   for (int i = 0; i < ndev; ++i)
-    threads.emplace_back([&, i] { results[i] = make_comm(&made[i], ndev, id, i, nullptr, "inproc", "ncclCommInitAll"); });
+    threads.emplace_back([&, i] { results[i] = make_comm(&made[i], ndev, id, i, nullptr, "ucx", "ncclCommInitAll"); });
   for (auto& t : threads) t.join();
   for (int i = 0; i < ndev; ++i) {
     if (results[i] != ncclSuccess) {
