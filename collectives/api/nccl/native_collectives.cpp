@@ -212,6 +212,11 @@ ncclResult_t AllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclD
   if (group_depth() == 0 && shim_options().defer) {
     // A partial AllReduce with defer (docs/nccl.md#defer): no rank waits for a laggard.
     const ncclResult_t r = guarded(comm, what, [&] {
+      // NOT yet stale-synchronous (docs/nccl.md#defer): the bound needs the
+      // arbiter to hold a step open while closing it would put a rank beyond S,
+      // which the public API cannot express; a meeting (barrier) every S calls
+      // deadlocks against a partial step that waits for its decision.
+      ++comm->allreduce_calls;
       antdt::PartialOptions opts;
       opts.policy = antdt::LatePolicy::defer;
       opts.staleness = shim_options().staleness;

@@ -15,7 +15,8 @@ const ShimOptions& shim_options() {
     if (const char* late = std::getenv("ANTDT_NCCL_LATE")) o.defer = std::strcmp(late, "defer") == 0;
     if (const char* s = std::getenv("ANTDT_NCCL_STALENESS")) {
       const long v = std::strtol(s, nullptr, 10);
-      if (v >= 1 && v <= 1000) o.staleness = static_cast<std::uint32_t>(v);
+      // At most 3: a rank S steps behind needs S + 1 kept results (ANTDT_RESULT_CACHE, default 4).
+      if (v >= 1 && v <= 3) o.staleness = static_cast<std::uint32_t>(v);
     }
     return o;
   }();

@@ -27,7 +27,7 @@ struct PreMulSum {
 // Options for every communicator this process makes (read once from the environment).
 struct ShimOptions {
   bool defer = false;           // ANTDT_NCCL_LATE=defer
-  std::uint32_t staleness = 1;  // ANTDT_NCCL_STALENESS
+  std::uint32_t staleness = 2;  // ANTDT_NCCL_STALENESS (1..3)
 };
 const ShimOptions& shim_options();
 
