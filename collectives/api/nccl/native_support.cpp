@@ -12,6 +12,7 @@ std::string process_error;  // ncclGetLastError(NULL)
 const ShimOptions& shim_options() {
   static const ShimOptions options = [] {
     ShimOptions o;
+    if (const char* steps = std::getenv("ANTDT_NCCL_STEPS")) o.steps = std::strcmp(steps, "0") != 0;
     if (const char* late = std::getenv("ANTDT_NCCL_LATE")) o.defer = std::strcmp(late, "defer") == 0;
     if (const char* s = std::getenv("ANTDT_NCCL_STALENESS")) {
       const long v = std::strtol(s, nullptr, 10);

@@ -28,6 +28,7 @@ struct PreMulSum {
 struct ShimOptions {
   bool defer = false;           // ANTDT_NCCL_LATE=defer
   std::uint32_t staleness = 2;  // ANTDT_NCCL_STALENESS (1..3)
+  bool steps = true;            // ANTDT_NCCL_STEPS=0: no Monitor step per AllReduce
 };
 const ShimOptions& shim_options();
 
