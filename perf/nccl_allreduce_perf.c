@@ -91,8 +91,8 @@ int main(int argc, char** argv) {
       default: return 2;
     }
   }
-  const char* r = getenv("OMPI_COMM_WORLD_RANK");
-  const char* n = getenv("OMPI_COMM_WORLD_SIZE");
+  const char* r = getenv("OMPI_COMM_WORLD_RANK") ? getenv("OMPI_COMM_WORLD_RANK") : getenv("ANTDT_RANK");
+  const char* n = getenv("OMPI_COMM_WORLD_SIZE") ? getenv("OMPI_COMM_WORLD_SIZE") : getenv("ANTDT_WORLD_SIZE");
   rank = r ? atoi(r) : 0;
   nranks = n ? atoi(n) : 1;
   ncclUniqueId id = exchange_id(id_path);

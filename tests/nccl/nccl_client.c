@@ -6,7 +6,8 @@
  *
  *   nccl_client <id-file> [defer <steps>]
  *
- * The rank and size come from mpirun's environment (OMPI_COMM_WORLD_RANK/SIZE);
+ * The rank and size come from mpirun's environment (OMPI_COMM_WORLD_RANK/SIZE)
+ * or antdt-run's (ANTDT_RANK/ANTDT_WORLD_SIZE);
  * rank 0 writes each unique id to <id-file>.<n> (renamed into place), the
  * others read it: no MPI library is linked. "defer" runs a training-like loop
  * of AllReduces instead and checks that the replicas are bit-identical and that
@@ -412,8 +413,8 @@ static void run_defer(ncclComm_t comm, int steps) {
 }
 
 int main(int argc, char** argv) {
-  const char* r = getenv("OMPI_COMM_WORLD_RANK");
-  const char* n = getenv("OMPI_COMM_WORLD_SIZE");
+  const char* r = getenv("OMPI_COMM_WORLD_RANK") ? getenv("OMPI_COMM_WORLD_RANK") : getenv("ANTDT_RANK");
+  const char* n = getenv("OMPI_COMM_WORLD_SIZE") ? getenv("OMPI_COMM_WORLD_SIZE") : getenv("ANTDT_WORLD_SIZE");
   if (argc < 2) {
     fprintf(stderr, "usage: %s <id-file> [defer <steps>]\n", argv[0]);
     return 2;
