@@ -209,8 +209,10 @@ ncclResult_t AllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclD
   if (ncclResult_t r = resolve(comm, what, op, datatype, red); r != ncclSuccess) return r;
   if (ncclResult_t r = check_buffers(comm, what, sendbuff, recvbuff, count); r != ncclSuccess) return r;
   auto scratch = std::make_shared<std::vector<std::byte>>();
-  if (group_depth() == 0 && shim_options().defer) {
-    // A partial AllReduce with defer (docs/nccl.md#defer): no rank waits for a laggard.
+  if (group_depth() == 0 && shim_options().partial) {
+    // A partial AllReduce (docs/nccl.md#antdt_nccl_latedefer): with defer no rank waits
+    // for a laggard; with wait it is BSP, and its step records reach the arbiter's
+    // Monitor (its summary names the slow ranks and their class at exit).
     const ncclResult_t r = guarded(comm, what, [&] {
       // NOT yet stale-synchronous (docs/nccl.md#defer): the bound needs the
       // arbiter to hold a step open while closing it would put a rank beyond S,
@@ -218,7 +220,7 @@ ncclResult_t AllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclD
       // deadlocks against a partial step that waits for its decision.
       ++comm->allreduce_calls;
       antdt::PartialOptions opts;
-      opts.policy = antdt::LatePolicy::defer;
+      opts.policy = shim_options().defer ? antdt::LatePolicy::defer : antdt::LatePolicy::wait;
       opts.staleness = shim_options().staleness;
       opts.samples = 1;
       comm->comm->partial_allreduce(premultiplied(red, sendbuff, count, datatype, scratch), recvbuff, count, dt, red.op,

@@ -13,7 +13,10 @@ const ShimOptions& shim_options() {
   static const ShimOptions options = [] {
     ShimOptions o;
     if (const char* steps = std::getenv("ANTDT_NCCL_STEPS")) o.steps = std::strcmp(steps, "0") != 0;
-    if (const char* late = std::getenv("ANTDT_NCCL_LATE")) o.defer = std::strcmp(late, "defer") == 0;
+    if (const char* late = std::getenv("ANTDT_NCCL_LATE")) {
+      o.defer = std::strcmp(late, "defer") == 0;
+      o.partial = o.defer || std::strcmp(late, "wait") == 0;
+    }
     if (const char* s = std::getenv("ANTDT_NCCL_STALENESS")) {
       const long v = std::strtol(s, nullptr, 10);
       // At most 3: a rank S steps behind needs S + 1 kept results (ANTDT_RESULT_CACHE, default 4).

@@ -27,6 +27,7 @@ struct PreMulSum {
 // Options for every communicator this process makes (read once from the environment).
 struct ShimOptions {
   bool defer = false;           // ANTDT_NCCL_LATE=defer
+  bool partial = false;         // ANTDT_NCCL_LATE=wait or defer: AllReduce as a partial collective
   std::uint32_t staleness = 2;  // ANTDT_NCCL_STALENESS (1..3)
   bool steps = true;            // ANTDT_NCCL_STEPS=0: no Monitor step per AllReduce
 };
