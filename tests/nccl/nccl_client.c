@@ -4,7 +4,7 @@
  * groups, split, shrink, non-blocking init, abort and the error paths on host
  * buffers, against values it computes itself.
  *
- *   nccl_client <id-file> [defer <steps>]
+ *   nccl_client <id-file> [defer <steps>]   ("defer": the step loop, run under ANTDT_NCCL_LATE=wait or defer)
  *
  * The rank and size come from mpirun's environment (OMPI_COMM_WORLD_RANK/SIZE)
  * or antdt-run's (ANTDT_RANK/ANTDT_WORLD_SIZE);

@@ -219,6 +219,9 @@ ncclResult_t AllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclD
       // which the public API cannot express; a meeting (barrier) every S calls
       // deadlocks against a partial step that waits for its decision.
       ++comm->allreduce_calls;
+      const std::tuple<size_t, int, int> signature{count, static_cast<int>(dt), static_cast<int>(red.op)};
+      if (comm->partial_signature && *comm->partial_signature != signature) comm->comm->partial_finish();
+      comm->partial_signature = signature;
       antdt::PartialOptions opts;
       opts.policy = shim_options().defer ? antdt::LatePolicy::defer : antdt::LatePolicy::wait;
       opts.staleness = shim_options().staleness;

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 
 namespace antdt_nccl {
 
@@ -52,6 +53,9 @@ struct ncclComm {
   bool revoked = false;
   bool step_open = false;  // the Monitor step that the next AllReduce closes
   std::uint64_t allreduce_calls = 0;
+  // (count, dtype, op) of the running partial run: a partial run keeps one
+  // signature, so an AllReduce with another ends the run first (partial_finish).
+  std::optional<std::tuple<size_t, int, int>> partial_signature;
   std::mutex mu;  // last_error, ops
   std::string last_error;
   std::map<int, antdt_nccl::PreMulSum> ops;
