@@ -24,7 +24,8 @@ build="${ANTDT_GPU_BUNDLE_BUILD:-$repo/build-gpu-bundle}"
 arch="${ANTDT_GPU_ARCH:-90}"
 max_mb="${ANTDT_GPU_BUNDLE_MAX_MB:-60}"
 programs=(cuda/antdt_gpu_tests perf/antdt_reduce_kernel_bench perf/antdt_allreduce_perf
-  perf/antdt_allreduce_device_perf perf/antdt_pushpull_perf tools/antdt-run)
+  perf/antdt_allreduce_device_perf perf/antdt_pushpull_perf tools/antdt-run
+  collectives/api/nccl/libantdt_nccl.so tests/nccl/antdt_nccl_client perf/nccl_allreduce_perf)
 
 if [[ -z "${CUDACXX:-}" && -x /usr/local/cuda/bin/nvcc ]]; then export CUDACXX=/usr/local/cuda/bin/nvcc; fi
 command -v "${CUDACXX:-nvcc}" >/dev/null || { echo "gpu-bundle: no nvcc (set CUDACXX)" >&2; exit 1; }
@@ -34,7 +35,11 @@ cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DANTDT_WITH_CU
   -DANTDT_CUDA_ARCHITECTURES="$arch" -DCMAKE_CUDA_ARCHITECTURES="$arch" -DANTDT_BUILD_TESTS=ON \
   -DANTDT_BUILD_PERF=ON >/dev/null
 targets=()
-for p in "${programs[@]}"; do targets+=("$(basename "$p")"); done
+for p in "${programs[@]}"; do
+  t="$(basename "$p")"
+  [[ "$t" == lib*.so ]] && t="${t#lib}" && t="${t%.so}"  # libantdt_nccl.so: target antdt_nccl
+  targets+=("$t")
+done
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
 
 rm -rf "$out"

@@ -142,6 +142,9 @@ if [[ -n "${ANTDT_GPU_PREBUILT:-}" ]]; then
   allreduce_device_perf="$bindir/antdt_allreduce_device_perf"
   pushpull_perf="$bindir/antdt_pushpull_perf"
   launcher="$bindir/antdt-run"
+  nccl_shim="$bindir/libantdt_nccl.so"
+  nccl_client="$bindir/antdt_nccl_client"
+  nccl_perf="$bindir/nccl_allreduce_perf"
 else
   log "nvcc:    $("${CUDACXX:-nvcc}" --version 2>/dev/null | tail -1)"
   # ---------------------------------------------------------------------------
@@ -152,7 +155,7 @@ else
     -DANTDT_WITH_CUDA=ON -DANTDT_CUDA_ARCHITECTURES="$arch" -DCMAKE_CUDA_ARCHITECTURES="$arch" \
     -DANTDT_BUILD_TESTS=ON -DANTDT_BUILD_PERF=ON || finish 1
   targets=(antdt_gpu_tests antdt_reduce_kernel_bench antdt_allreduce_perf antdt_allreduce_device_perf
-    antdt_pushpull_perf antdt-run)
+    antdt_pushpull_perf antdt-run antdt_nccl antdt_nccl_client nccl_allreduce_perf)
   step "build" 330 cmake --build "$build" -j "$jobs" --target "${targets[@]}" || finish 1
   gpu_tests="$build/cuda/antdt_gpu_tests"
   kernel_bench="$build/perf/antdt_reduce_kernel_bench"
@@ -160,6 +163,9 @@ else
   allreduce_device_perf="$build/perf/antdt_allreduce_device_perf"
   pushpull_perf="$build/perf/antdt_pushpull_perf"
   launcher="$build/tools/antdt-run"
+  nccl_shim="$build/collectives/api/nccl/libantdt_nccl.so"
+  nccl_client="$build/tests/nccl/antdt_nccl_client"
+  nccl_perf="$build/perf/nccl_allreduce_perf"
 fi
 
 # ---------------------------------------------------------------------------
@@ -220,6 +226,30 @@ pp_args=(-b "$pp_bytes" -e "$pp_bytes" -n 10 -w 3 -c 1 -o avg)
 step "push-pull perf $pp_bytes, 2 ranks, host memory" 60 "${two_ranks[@]}" "$pushpull_perf" "${pp_args[@]}"
 step "push-pull perf $pp_bytes, 2 ranks, device memory" 60 env ANTDT_MEM=device "${two_ranks[@]}" "$pushpull_perf" \
   "${pp_args[@]}"
+
+# ---------------------------------------------------------------------------
+# The NCCL drop-in (docs/nccl.md), 2 ranks: the NCCL-API client on host memory
+# through the shim; nccl_allreduce_perf on device buffers (ncclMemAlloc)
+# through the shim (native mode), then on the real NCCL alone and through the
+# shim in passthrough mode (its overhead: compare the two tables).
+# ---------------------------------------------------------------------------
+if [[ -x "$nccl_client" && -f "$nccl_shim" && -x "$nccl_perf" ]]; then
+  nccl_dir="$(mktemp -d)"
+  nccl_perf_args=(-b 8 -e "$perf_bytes" -f 8 -n 20 -w 5)
+  step "nccl client, 2 ranks, host memory, through libantdt_nccl.so" 60 \
+    env LD_PRELOAD="$nccl_shim" "${two_ranks[@]}" "$nccl_client" "$nccl_dir/client-id"
+  step "nccl_allreduce_perf, 2 ranks, device memory, libantdt_nccl.so native" 120 \
+    env LD_PRELOAD="$nccl_shim" "${two_ranks[@]}" "$nccl_perf" "$nccl_dir/native-id" -G "${nccl_perf_args[@]}"
+  step "nccl_allreduce_perf, 2 ranks, device memory, real NCCL" 90 \
+    "${two_ranks[@]}" "$nccl_perf" "$nccl_dir/real-id" -G "${nccl_perf_args[@]}"
+  step "nccl_allreduce_perf, 2 ranks, device memory, real NCCL through libantdt_nccl.so passthrough" 90 \
+    env LD_PRELOAD="$nccl_shim" ANTDT_NCCL_MODE=passthrough "${two_ranks[@]}" "$nccl_perf" "$nccl_dir/pass-id" -G \
+    "${nccl_perf_args[@]}"
+  rm -rf "$nccl_dir"
+else
+  log "-- nccl drop-in steps skipped: $nccl_client, $nccl_shim or $nccl_perf missing"
+  summary+=("SKIPPED  nccl drop-in (programs missing)")
+fi
 
 if ((failures > 0)); then finish 1; fi
 finish 0

@@ -1,0 +1,48 @@
+// Helpers of the native mode: dtype/op conversion, error translation, the
+// process-wide last error, and the thread's group-call recording.
+#pragma once
+
+#include "shim_comm.hpp"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace antdt_nccl {
+
+// Records `message` as the last error (of `comm` when given, and of the
+// process: ncclGetLastError(NULL)) and returns `code`.
+ncclResult_t fail(ncclComm_t comm, ncclResult_t code, const std::string& message);
+std::string last_error(ncclComm_t comm);
+
+// The NCCL code for an antdt error.
+ncclResult_t code_of(const antdt::Error& e);
+
+// Runs `body` translating every exception into an NCCL code (recorded as the last
+// error); a lost peer also becomes the communicator's async error.
+ncclResult_t guarded(ncclComm_t comm, const char* what, const std::function<void()>& body);
+
+// false (and the last error set) for fp8 and unknown types.
+bool to_dtype(ncclComm_t comm, ncclDataType_t t, antdt::DataType& out);
+std::size_t nccl_dtype_size(ncclDataType_t t);
+
+// A usable communicator: not null, initialized (a non-blocking init is waited
+// for), neither revoked nor finalized nor aborted. Otherwise the NCCL code.
+ncclResult_t usable(ncclComm_t comm, const char* what);
+
+// The calls of a group (ncclGroupStart .. ncclGroupEnd), per thread: each is run
+// against its communicator inside that communicator's antdt group at the end.
+struct GroupedCall {
+  ncclComm_t comm;
+  std::function<void(antdt::Communicator&)> run;
+  std::vector<std::byte> scratch;  // kept alive until the group ran
+  bool collective = true;          // runs inside the antdt group (false: split, which runs collectives itself)
+};
+int& group_depth();
+std::vector<GroupedCall>& group_calls();
+
+// Runs `run` now, or records it when a group is open. Inside a group, errors
+// surface at ncclGroupEnd (as in NCCL).
+ncclResult_t run_or_record(ncclComm_t comm, const char* what, std::function<void(antdt::Communicator&)> run);
+
+}  // namespace antdt_nccl

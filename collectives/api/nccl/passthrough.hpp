@@ -1,0 +1,62 @@
+// Passthrough mode: the real NCCL does the work; the shim forwards every call
+// unchanged and only measures it (docs/nccl.md#passthrough).
+#pragma once
+
+#include <nccl.h>
+
+#include <chrono>
+#include <type_traits>
+
+namespace antdt_nccl::passthrough {
+
+// The real library's entry points (ANTDT_NCCL_LIBRARY, else the next
+// libnccl.so.2 that is not this shim); a missing one is null.
+struct Table {
+#define NCCL_FN(ret, name, params, args) ret(*name) params = nullptr;
+#include "nccl_functions.def"
+#undef NCCL_FN
+};
+const Table& real();
+
+// Accounts one forwarded call: CPU time, and the CUDA events recorded around it
+// on its stream (read later without synchronizing). `begin` returns a token.
+struct CallTiming {
+  std::chrono::steady_clock::time_point start;
+  void* begin_event = nullptr;
+  cudaStream_t stream = nullptr;
+};
+CallTiming begin_call(cudaStream_t stream, bool has_stream);
+void end_call(const char* name, const CallTiming& t);
+ncclResult_t missing(const char* name);
+
+template <class A>
+void find_stream(cudaStream_t& stream, bool& has, A a) {
+  if constexpr (std::is_same_v<A, cudaStream_t>) {
+    stream = a;
+    has = true;
+  }
+}
+
+// Forwards one call to the real library, unchanged.
+template <class R, class... P, class... A>
+R forward(const char* name, R (*fn)(P...), A... a) {
+  if (fn == nullptr) {
+    if constexpr (std::is_same_v<R, ncclResult_t>) return missing(name);
+    else if constexpr (std::is_pointer_v<R>) return (missing(name), "libantdt_nccl passthrough: function missing in the real NCCL");
+    else return;
+  }
+  cudaStream_t stream = nullptr;
+  bool has_stream = false;
+  (find_stream(stream, has_stream, a), ...);
+  const CallTiming t = begin_call(stream, has_stream);
+  if constexpr (std::is_void_v<R>) {
+    fn(a...);
+    end_call(name, t);
+  } else {
+    R r = fn(a...);
+    end_call(name, t);
+    return r;
+  }
+}
+
+}  // namespace antdt_nccl::passthrough
