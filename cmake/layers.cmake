@@ -20,7 +20,8 @@ set(ANTDT_LAYER_FOLDERS
   collectives/telemetry=telemetry
   collectives=collectives
   scheduler=scheduler
-  collectives/api=api)
+  collectives/api=api
+  collectives/api/torch=api)
 
 # antdt_layer(<name> SOURCES <files...> [BELOW <layers...>])
 # Defines antdt_<name>; BELOW names the layers it links (the ones it may use).

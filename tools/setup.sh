@@ -12,6 +12,7 @@ packages=(
   libgtest-dev libgmock-dev libgloo-dev
   nlohmann-json3-dev libcli11-dev
   iproute2
+  python3-torch libtorch-dev pybind11-dev
 )
 
 missing=()
