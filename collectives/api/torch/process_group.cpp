@@ -40,7 +40,7 @@ std::exception_ptr ProcessGroupAntdt::describe_failure(const char* name, const W
     cause = "an unknown error";
   }
   std::string message = std::string("antdt: ") + name + " failed on rank " + std::to_string(rank_) + ": " + cause;
-  if (dog.expired())
+  if (dog.expired() && cause.find("timeout") == std::string::npos)
     message += " (the operation did not complete within the process group's timeout of " +
                std::to_string(dog.timeout().count()) + " ms)";
   return std::make_exception_ptr(std::runtime_error(message));
