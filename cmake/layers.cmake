@@ -22,7 +22,8 @@ set(ANTDT_LAYER_FOLDERS
   scheduler=scheduler
   collectives/api=api
   collectives/api/python=api  # antdt._agent: Python bindings on the public API only
-  collectives/api/nccl=api)   # libantdt_nccl.so: the NCCL ABI on the public API only
+  collectives/api/nccl=api    # libantdt_nccl.so: the NCCL ABI on the public API only
+  collectives/api/torch=api)  # antdt.torch._C: the torch.distributed backend on the public API only
 
 # antdt_layer(<name> SOURCES <files...> [BELOW <layers...>])
 # Defines antdt_<name>; BELOW names the layers it links (the ones it may use).

@@ -12,7 +12,7 @@ packages=(
   libgtest-dev libgmock-dev libgloo-dev
   nlohmann-json3-dev libcli11-dev
   iproute2
-  python3-torch pybind11-dev python3-dev python3-matplotlib dataset-fashion-mnist
+  python3-torch libtorch-dev pybind11-dev python3-dev python3-matplotlib dataset-fashion-mnist
 )
 
 missing=()
