@@ -20,4 +20,8 @@ def _create_process_group(store, rank, world_size, timeout):
 if not hasattr(_dist.Backend, BACKEND.upper()):
     _dist.Backend.register_backend(BACKEND, _create_process_group)
 
-__all__ = ["BACKEND", "ProcessGroupAntdt"]
+# The straggler tools for DDP users (built from collectives/api/python/).
+from .hook import PartialAllReduceHook  # noqa: E402
+from .sampler import DdsBatchSampler  # noqa: E402
+
+__all__ = ["BACKEND", "ProcessGroupAntdt", "PartialAllReduceHook", "DdsBatchSampler"]
