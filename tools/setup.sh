@@ -12,6 +12,7 @@ packages=(
   libgtest-dev libgmock-dev libgloo-dev
   nlohmann-json3-dev libcli11-dev
   iproute2
+  clang-14 libclang-rt-14-dev
 )
 
 missing=()
