@@ -109,6 +109,9 @@ write("dds_checkpoint", "bad_checksum", json.dumps(ck))
 write("dds_checkpoint", "files_dataset", json.dumps(dict(ck, dataset={"files": [{"name": "a", "records": 5}]})))
 write("dds_checkpoint", "deep", "[" * 5000 + "]" * 5000)
 write("dds_checkpoint", "not_json", "{\"format\": ")
+# Well-formed head, then 100 000 nested arrays: reaches the checksum's dump() (a stack overflow before the depth limit).
+write("dds_checkpoint", "deep_after_head",
+      '{"format": "antdt-dds", "version": 1, "checksum": "0", "x": ' + "[" * 100000 + "]" * 100000 + "}")
 
 # ANTDT_INJECT: first byte = ranks-1 (low 4 bits)
 write("inject", "slow", b"\x03rank=2:slow=3")
