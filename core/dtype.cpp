@@ -108,6 +108,13 @@ void float_block_to_half_portable(std::uint16_t* __restrict dst, const float* __
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define ANTDT_HAVE_X86_DISPATCH 1
+// target_clones resolves through an ifunc, which the dynamic loader runs before
+// a sanitizer runtime is initialised (TSan dies at start-up): sanitizer builds
+// (ANTDT_SANITIZE, CMakeLists.txt) define ANTDT_NO_ISA_CLONES and get the
+// baseline copy only. The F16C conversions below dispatch at run time and stay.
+#ifndef ANTDT_NO_ISA_CLONES
+#define ANTDT_HAVE_ISA_CLONES 1
+#endif
 __attribute__((target("avx,f16c"))) void half_block_to_float_f16c(float* __restrict dst,
                                                                      const std::uint16_t* __restrict src,
                                                                      std::size_t n) noexcept {
@@ -382,7 +389,7 @@ void with_op(ReduceOp op, F&& f) {
 // The validated reduction. On x86-64 it is compiled twice, for the baseline
 // ISA and for x86-64-v3 (AVX2, FMA, F16C), and the loader picks one for the
 // CPU; flatten inlines every kernel so each copy is vectorized for its ISA.
-#ifdef ANTDT_HAVE_X86_DISPATCH
+#ifdef ANTDT_HAVE_ISA_CLONES
 __attribute__((flatten, target_clones("arch=x86-64-v3", "default")))
 #endif
 void reduce_validated(DataType t, ReduceOp op, std::byte* out, const std::byte* a, const std::byte* b,
@@ -440,7 +447,7 @@ void combine_many_blocked(std::byte* out, const std::byte* const* in, std::size_
   }
 }
 
-#ifdef ANTDT_HAVE_X86_DISPATCH
+#ifdef ANTDT_HAVE_ISA_CLONES
 __attribute__((flatten, target_clones("arch=x86-64-v3", "default")))
 #endif
 void reduce_many_validated(DataType t, ReduceOp op, std::byte* out, const std::byte* const* in, std::size_t k,
@@ -530,7 +537,7 @@ void scale_blocked(std::byte* out, const std::byte* in, std::size_t n, float fac
   }
 }
 
-#ifdef ANTDT_HAVE_X86_DISPATCH
+#ifdef ANTDT_HAVE_ISA_CLONES
 __attribute__((flatten, target_clones("arch=x86-64-v3", "default")))
 #endif
 void scale_validated(DataType t, std::byte* out, const std::byte* in, std::size_t n, double factor) noexcept {
@@ -545,7 +552,7 @@ void scale_validated(DataType t, std::byte* out, const std::byte* in, std::size_
   }
 }
 
-#ifdef ANTDT_HAVE_X86_DISPATCH
+#ifdef ANTDT_HAVE_ISA_CLONES
 __attribute__((flatten, target_clones("arch=x86-64-v3", "default")))
 #endif
 void accumulate_validated(DataType t, std::byte* acc, const std::byte* src, std::size_t n, double weight,
@@ -591,7 +598,7 @@ void accumulate_validated(DataType t, std::byte* acc, const std::byte* src, std:
   }
 }
 
-#ifdef ANTDT_HAVE_X86_DISPATCH
+#ifdef ANTDT_HAVE_ISA_CLONES
 __attribute__((flatten, target_clones("arch=x86-64-v3", "default")))
 #endif
 void finish_validated(DataType t, bool divide, const std::byte* acc, std::byte* out, std::size_t n,

@@ -27,6 +27,9 @@ using Json = nlohmann::json;
 
 constexpr std::string_view kFormat = "antdt-dds";
 constexpr std::int64_t kVersion = 1;
+// A checkpoint nests four levels (dataset.files[i]); the checksum's dump()
+// recurses once per level, so a deeper file would overflow the stack.
+constexpr int kMaxDepth = 64;
 
 // The checksum: FNV-1a, 64 bits, over the canonical dump of the document
 // without its checksum field (docs/dds.md). It detects a torn or edited
@@ -200,7 +203,11 @@ DdsCheckpoint read_checkpoint(const std::string& path) {
   if (!in) raise<InvalidArgument>("DDS restore: cannot open ", path, ": ", std::strerror(errno));
   std::ostringstream buffer;
   buffer << in.rdbuf();
-  Json doc = Json::parse(buffer.str(), nullptr, /*allow_exceptions=*/false);
+  const auto bounded_depth = [&](int depth, Json::parse_event_t, Json&) {
+    if (depth > kMaxDepth) malformed(path, cat("nests deeper than ", kMaxDepth, " levels"));
+    return true;
+  };
+  Json doc = Json::parse(buffer.str(), bounded_depth, /*allow_exceptions=*/false);
   if (doc.is_discarded()) malformed(path, "not valid JSON (truncated or corrupted file?)");
   const Reader rd{path};
   if (!doc.is_object()) malformed(path, "top level is not an object");

@@ -13,6 +13,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev
   iproute2
   python3-torch libtorch-dev pybind11-dev python3-dev python3-matplotlib dataset-fashion-mnist
+  clang-14 libclang-rt-14-dev
 )
 
 missing=()

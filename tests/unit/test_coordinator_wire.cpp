@@ -178,7 +178,7 @@ TEST(CoordinatorWire, GarbageIsRejected) {
 
   // A batch whose count disagrees with its length, or samples with a non-ok status.
   Bytes batch = encode(BatchReply{0, 1, 0, {1, 2, 3}});
-  batch.resize(batch.size() - 8);
+  batch.erase(batch.end() - 8, batch.end());  // not resize(size - 8): gcc -O1 -fsanitize=address then warns of a huge memset
   EXPECT_THROW(decode_batch(batch), BootstrapError);
   Bytes waiting = encode(BatchReply{0, 1, 0, {1}});
   waiting[8] = std::byte{1};  // status wait with one sample
