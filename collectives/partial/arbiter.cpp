@@ -72,6 +72,8 @@ void Arbiter::on_arrival(const Arrival& a, Clock::time_point now, std::vector<Ou
   if (!signature_) {
     signature_ = a.signature;
     policy_ = a.policy;
+    stale_synchronous_ = a.stale_synchronous && a.policy == LatePolicy::defer;
+    staleness_ = a.staleness;
   } else if (*signature_ != a.signature) {
     fail_all(Status::mismatch,
              cat("rank ", a.rank, " called partial_allreduce for step ", a.step,
@@ -97,6 +99,7 @@ void Arbiter::on_arrival(const Arrival& a, Clock::time_point now, std::vector<Ou
     return;
   }
   s.based_on = a.step;
+  s.last_arrival = a.step;
   s.weight = a.weight;
   if (lateness == 0)
     s.role = a.weight > 0 ? Role::on_time : Role::catch_up;
@@ -137,6 +140,7 @@ void Arbiter::finish_stragglers_if_run_over() {
 }
 
 void Arbiter::maybe_close(Clock::time_point now, std::vector<Out>& out) {
+  held_back_ = false;
   int arrived_on_time = 0, active = 0;
   bool all_done = true, missing_all_slow = true, any_arrived = false, any_finished = false, any_empty_at_open = false;
   for (int r = 0; r < cfg_.ranks; ++r) {
@@ -167,9 +171,23 @@ void Arbiter::maybe_close(Clock::time_point now, std::vector<Out>& out) {
   const int quorum = std::max(1, static_cast<int>(std::ceil(cfg_.quorum * active - 1e-9)));
   if (arrived_on_time < quorum) return;
   if (!quorum_at_) quorum_at_ = now;
+  held_back_ = bound_holds_back();
+  if (held_back_) return;  // the late rank's arrival calls maybe_close again
   if (missing_all_slow || now >= *quorum_at_ + std::chrono::duration_cast<Clock::duration>(
                                                     std::chrono::duration<double>(grace_seconds())))
     close_step(out);
+}
+
+bool Arbiter::bound_holds_back() const {
+  if (!stale_synchronous_) return false;
+  // A rank whose newest arrival is for step l arrives next for l+1; once the
+  // open step o closed, that arrival is o+1-(l+1) = o-l steps late, and is
+  // deferred only while o-l <= staleness (and its missed results are kept
+  // while o-l < result_cache).
+  const std::uint64_t bound = std::min<std::uint64_t>(staleness_, cfg_.result_cache - 1);
+  for (const auto& s : ranks_)
+    if (!s.lost && !s.finished && s.role == Role::absent && open_step_ - s.last_arrival > bound) return true;
+  return false;
 }
 
 void Arbiter::close_step(std::vector<Out>& out) {
@@ -207,6 +225,7 @@ void Arbiter::close_step(std::vector<Out>& out) {
   }
   ++open_step_;
   quorum_at_.reset();
+  held_back_ = false;
 }
 
 void Arbiter::on_finish(const Finish& f, Clock::time_point now, std::vector<Out>& out) {
@@ -257,6 +276,7 @@ void Arbiter::maybe_finish(std::vector<Out>& out) {
   }
   // The next run of steps may use another count, dtype, op or policy.
   signature_.reset();
+  for (auto& s : ranks_) s.last_arrival = 0;
 }
 
 void Arbiter::on_rank_lost(int rank, Clock::time_point now, std::vector<Out>& out) {
@@ -281,7 +301,7 @@ void Arbiter::on_rank_lost(int rank, Clock::time_point now, std::vector<Out>& ou
 void Arbiter::on_tick(Clock::time_point now, std::vector<Out>& out) { maybe_close(now, out); }
 
 std::optional<Clock::time_point> Arbiter::next_deadline() const {
-  if (!quorum_at_) return std::nullopt;
+  if (!quorum_at_ || held_back_) return std::nullopt;  // held back: only an arrival can close the step
   return *quorum_at_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace_seconds()));
 }
 

@@ -59,9 +59,13 @@ class Arbiter {
     bool finished = false;
     std::uint64_t applied_at_finish = 0;
     bool lost = false;
+    std::uint64_t last_arrival = 0;  // the step of its newest arrival in this run (stale-synchronous bound)
   };
 
   void maybe_close(Clock::time_point now, std::vector<Out>& out);
+  // Stale-synchronous defer: closing the open step would leave an active rank
+  // that has not arrived more steps behind than the run allows.
+  bool bound_holds_back() const;
   void close_step(std::vector<Out>& out);
   void maybe_finish(std::vector<Out>& out);
   // When every other rank finished, late arrivals can never join a step:
@@ -76,6 +80,9 @@ class Arbiter {
   std::uint64_t open_step_ = 1;
   std::optional<std::uint64_t> signature_;  // of the current run of steps (reset by a finish)
   LatePolicy policy_ = LatePolicy::wait;
+  bool stale_synchronous_ = false;   // of the current run
+  std::uint32_t staleness_ = 1;      // of the current run
+  bool held_back_ = false;           // the last maybe_close waited for the bound, not for the grace
   std::optional<Clock::time_point> quorum_at_;
   std::optional<std::string> failed_;  // after a fatal failure every arrival gets it
   Status failed_status_ = Status::internal;

@@ -138,7 +138,8 @@ partial::Decision decision_from(detail::CommImpl& comm, PartialState& st, std::s
 }
 
 std::uint64_t signature_of(const Signature& sig, const PartialOptions& opts) {
-  return hash::mix(hash::mix(sig.hash(), static_cast<std::uint64_t>(opts.policy)), opts.staleness);
+  return hash::mix(hash::mix(hash::mix(sig.hash(), static_cast<std::uint64_t>(opts.policy)), opts.staleness),
+                   opts.stale_synchronous ? 1 : 0);
 }
 
 // Runs the data movement of one decision at this rank. `own_result` is where
@@ -326,6 +327,7 @@ PartialResult partial_step(detail::CommImpl& comm, const void* send, void* recv,
   arrival.signature = signature_of(sig, opts);
   arrival.policy = opts.policy;
   arrival.staleness = opts.staleness;
+  arrival.stale_synchronous = opts.stale_synchronous;
   const auto deadline = Clock::now() + comm.config().timeout;
   try {
     st.link.send(partial::encode(arrival), deadline);

@@ -61,6 +61,7 @@ Bytes encode(const Arrival& m) {
   w.put(m.signature);
   w.put(static_cast<std::uint8_t>(m.policy));
   w.put(m.staleness);
+  w.put(static_cast<std::uint8_t>(m.stale_synchronous ? 1 : 0));
   return w.take();
 }
 
@@ -116,6 +117,10 @@ ToArbiter decode_to_arbiter(std::span<const std::byte> bytes, int ranks) {
         raise<BootstrapError>("malformed partial-collective arrival: policy ", int{policy});
       m.policy = static_cast<LatePolicy>(policy);
       m.staleness = r.get<std::uint32_t>();
+      const auto stale_synchronous = r.get<std::uint8_t>();
+      if (stale_synchronous > 1)
+        raise<BootstrapError>("malformed partial-collective arrival: stale-synchronous flag ", int{stale_synchronous});
+      m.stale_synchronous = stale_synchronous == 1;
       if (m.step == 0 || !(m.weight >= 0) || !(m.compute_s >= 0) || !(m.transfer_s >= 0))
         raise<BootstrapError>("malformed partial-collective arrival: step ", m.step, ", weight ", m.weight);
       r.end();

@@ -27,6 +27,7 @@ struct Arrival {
   std::uint64_t signature = 0;  // count, dtype, op, policy, staleness: must match across ranks
   LatePolicy policy = LatePolicy::wait;
   std::uint32_t staleness = 1;
+  bool stale_synchronous = false;  // PartialOptions::stale_synchronous
 };
 
 // rank -> arbiter: "I make no more steps" (partial_finish).

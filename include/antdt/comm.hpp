@@ -127,6 +127,12 @@ struct PartialOptions {
   double weight = 1.0;            // this contribution's weight (its sample count); 0 = contribute nothing
   std::uint32_t staleness = 1;    // defer: how many steps late a contribution may still be included
   std::uint64_t samples = 0;      // samples behind this contribution (for the Monitor's throughput)
+  // defer, for callers whose late ranks compute every step instead of catching
+  // up with weight-0 calls (the NCCL shim): a step does not close while closing
+  // it would leave a rank more than `staleness` steps behind (stale-synchronous;
+  // docs/partial.md#stale-synchronous-defer), so no contribution is dropped and
+  // no ResyncError can occur. Must be the same on every rank.
+  bool stale_synchronous = false;
 };
 
 // The fate of the contribution passed in one call.

@@ -214,10 +214,10 @@ ncclResult_t AllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclD
     // for a laggard; with wait it is BSP, and its step records reach the arbiter's
     // Monitor (its summary names the slow ranks and their class at exit).
     const ncclResult_t r = guarded(comm, what, [&] {
-      // NOT yet stale-synchronous (docs/nccl.md#defer): the bound needs the
-      // arbiter to hold a step open while closing it would put a rank beyond S,
-      // which the public API cannot express; a meeting (barrier) every S calls
-      // deadlocks against a partial step that waits for its decision.
+      // Stale-synchronous (docs/nccl.md#defer): an NCCL caller cannot skip
+      // compute, so a late rank calls once per step; the arbiter holds a step
+      // open while closing it would put a rank more than S steps behind, and no
+      // ResyncError (nor a dropped contribution) can reach the caller.
       ++comm->allreduce_calls;
       const std::tuple<size_t, int, int> signature{count, static_cast<int>(dt), static_cast<int>(red.op)};
       if (comm->partial_signature && *comm->partial_signature != signature) comm->comm->partial_finish();
@@ -225,6 +225,7 @@ ncclResult_t AllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclD
       antdt::PartialOptions opts;
       opts.policy = shim_options().defer ? antdt::LatePolicy::defer : antdt::LatePolicy::wait;
       opts.staleness = shim_options().staleness;
+      opts.stale_synchronous = true;
       opts.samples = 1;
       comm->comm->partial_allreduce(premultiplied(red, sendbuff, count, datatype, scratch), recvbuff, count, dt, red.op,
                                     opts);
