@@ -664,7 +664,9 @@ bool UcxTransport::post_payload_receives() {
       continue;
     }
     const Peer& peer = peers_[static_cast<std::size_t>(slot.peer)];
-    if (slot.cancel_requested || closing_ || peer.failed) {
+    // A cancel does not stop it: the header has matched, so the payload is on
+    // its way and must be taken, or the next receive of this tag would get it.
+    if (closing_ || peer.failed) {
       finish_recv(slot, UCS_ERR_CANCELED, 0);
       continue;
     }
@@ -967,7 +969,8 @@ void UcxTransport::cancel(Completion& op) {
   slot->cancel_requested = true;
   // A receive not yet matched ends here and now; a send (or a matched receive
   // still transferring) runs to its end, which progress drives.
-  if (slot->request != nullptr) ucp_request_cancel(worker_.get(), slot->request);
+  // A receive whose header has matched runs to its end, as a matched receive does.
+  if (slot->request != nullptr && !slot->header_arrived) ucp_request_cancel(worker_.get(), slot->request);
   if (slot->payload_request != nullptr) ucp_request_cancel(worker_.get(), slot->payload_request);
   const auto bound = aborted() ? std::chrono::duration_cast<Clock::duration>(kCancelBoundAborted)
                                : std::chrono::duration_cast<Clock::duration>(kCancelBound);
