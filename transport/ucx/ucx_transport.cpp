@@ -38,23 +38,8 @@ constexpr std::uint64_t kAbortMask = kControlBit | kHelloBit;
 // Within the data space: set for bare device-payload messages (post_send_device),
 // so they never match a headed receive, nor the other way round.
 constexpr std::uint64_t kBareBit = std::uint64_t{1} << 61;
-// Within the data space: set for the payload half of a message sent as two
-// (header, then payload; see kSeparatePayloadBytes).
-constexpr std::uint64_t kPayloadBit = std::uint64_t{1} << 60;
 constexpr std::uint64_t kFullMask = ~std::uint64_t{0};
-static_assert(kTagBits + kRankBits <= 60,
-              "user tag and source rank must stay clear of the payload, bare and control bits");
-
-// Payloads of at least this many bytes travel as a message of their own
-// (contiguous, under kPayloadBit) after a header-only message, instead of one
-// message of two IOV entries. UCX 1.13 moves an IOV message by copying it in
-// fragments (no zero-copy rendezvous): over TCP that caps it at ~0.75 GB/s
-// whatever the size, against 3.4 GB/s for a contiguous 1 MiB message on the
-// same machine (ucx_perftest -t tag_bw -D iov,iov vs contig, docs/benchmarks.md
-// "network path"). At 64 KiB both were equal; below it one message is cheaper.
-// The receiver learns which form came from the header: a header-only message
-// that announces at least this many payload bytes is followed by the payload.
-constexpr std::size_t kSeparatePayloadBytes = 64 * 1024;
+static_assert(kTagBits + kRankBits < 61, "user tag and source rank must stay clear of the bare and control bits");
 constexpr int kMaxRanks = 1 << kRankBits;
 
 std::uint64_t data_tag(std::uint64_t tag, int source) noexcept {
@@ -224,14 +209,6 @@ class UcxTransport final : public Transport {
     Completion* done = nullptr;  // null once detached (the caller no longer waits for it)
     void* request = nullptr;     // the UCX request while one is outstanding
     std::array<ucp_dt_iov_t, 2> iov{};  // [header, payload]; UCX reads it until completion
-    // A message in two parts (kSeparatePayloadBytes): the payload's own send
-    // request; for a receive, where the payload lands once the header said it follows.
-    void* payload_request = nullptr;
-    std::byte* payload = nullptr;
-    int parts_pending = 0;                 // send: UCX requests not completed yet
-    ucs_status_t parts_status = UCS_OK;    // send: the first failure among the parts
-    bool header_arrived = false;           // recv: the header part has completed
-    bool payload_posted = false;           // recv: the payload part is posted (its completion ends the op)
     std::uint64_t tag = 0;
     std::size_t capacity = 0;  // receive: payload bytes the buffer holds
     int peer = -1;
@@ -289,11 +266,6 @@ class UcxTransport final : public Transport {
   static void on_peer_error(void* arg, ucp_ep_h ep, ucs_status_t status);
 
   void send(int peer, std::uint64_t tag, std::span<const std::byte> payload, Completion& done, bool bare);
-  // Posts one part of a send; false when it failed at once (recorded in the slot).
-  void post_send_part(ucp_ep_h ep, void* buffer, std::size_t count, std::uint64_t ucp_tag,
-                      ucp_request_param_t& param, OpSlot& slot, void*& request_out);
-  // Receives whose header said the payload follows as a message of its own: post them.
-  bool post_payload_receives();
   void recv(int peer, std::uint64_t tag, std::span<std::byte> payload, Completion& done, bool bare);
   // The UCX datatype, buffer and entry count of a slot's message.
   void describe_message(OpSlot& slot, std::span<const std::byte> payload, Completion& done, ucp_request_param_t& param,
@@ -341,9 +313,6 @@ class UcxTransport final : public Transport {
   OpSlot* active_slots_ = nullptr;
   std::vector<Peer> peers_;
   std::vector<void*> closing_requests_;  // endpoint closes still in flight
-  // Receives whose header announced a separate payload; posted by drive()
-  // outside UCX's callbacks.
-  std::vector<OpSlot*> payload_posts_;
 
   // Control traffic.
   std::array<std::byte, kAbortMaxBytes> control_rx_{};
@@ -591,7 +560,7 @@ void UcxTransport::finish_send(OpSlot& slot, ucs_status_t status) {
 void UcxTransport::finish_recv(OpSlot& slot, ucs_status_t status, std::size_t length) {
   if (Completion* op = slot.done) {
     const Peer& peer = peers_[static_cast<std::size_t>(slot.peer)];
-    const std::size_t header = slot.bare || slot.payload_posted ? 0 : sizeof(MessageHeader);
+    const std::size_t header = slot.bare ? 0 : sizeof(MessageHeader);
     if (status == UCS_OK) {
       if (length < header) {
         end(*op, State::failed,
@@ -622,9 +591,8 @@ void UcxTransport::finish_recv(OpSlot& slot, ucs_status_t status, std::size_t le
 void UcxTransport::on_send_done(void* request, ucs_status_t status, void* user_data) {
   auto* slot = static_cast<OpSlot*>(user_data);
   ucp_request_free(request);
-  (request == slot->payload_request ? slot->payload_request : slot->request) = nullptr;
-  if (status != UCS_OK && slot->parts_status == UCS_OK) slot->parts_status = status;
-  if (--slot->parts_pending == 0) slot->owner->finish_send(*slot, slot->parts_status);
+  slot->request = nullptr;
+  slot->owner->finish_send(*slot, status);
 }
 
 void UcxTransport::on_recv_done(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
@@ -632,61 +600,7 @@ void UcxTransport::on_recv_done(void* request, ucs_status_t status, const ucp_ta
   auto* slot = static_cast<OpSlot*>(user_data);
   ucp_request_free(request);
   slot->request = nullptr;
-  const std::size_t length = info != nullptr ? info->length : 0;
-  if (!slot->payload_posted) {
-    slot->header_arrived = true;
-    // A header alone that announces a payload of kSeparatePayloadBytes or
-    // more: the payload follows under kPayloadBit. Posted after the callback
-    // (drive), unless it cannot fit, which is the same truncation as for one message.
-    const MessageHeader& header = slot->done != nullptr ? slot->done->header : MessageHeader{};
-    if (status == UCS_OK && !slot->bare && slot->done != nullptr && length == sizeof(MessageHeader) &&
-        header.magic == MessageHeader::kMagic && header.payload_bytes >= kSeparatePayloadBytes) {
-      if (header.payload_bytes <= slot->capacity) {
-        slot->owner->payload_posts_.push_back(slot);
-        return;
-      }
-      slot->owner->finish_recv(*slot, UCS_ERR_MESSAGE_TRUNCATED, sizeof(MessageHeader) + header.payload_bytes);
-      return;
-    }
-  }
-  slot->owner->finish_recv(*slot, status, length);
-}
-
-bool UcxTransport::post_payload_receives() {
-  if (payload_posts_.empty()) return false;
-  // Posting may complete a receive at once (its callback runs inside), which
-  // never appends here: only header parts do.
-  for (std::size_t i = 0; i < payload_posts_.size(); ++i) {
-    OpSlot& slot = *payload_posts_[i];
-    Completion* op = slot.done;
-    if (op == nullptr) {  // abandoned by cancel() or close()
-      release_slot(slot);
-      continue;
-    }
-    const Peer& peer = peers_[static_cast<std::size_t>(slot.peer)];
-    // A cancel does not stop it: the header has matched, so the payload is on
-    // its way and must be taken, or the next receive of this tag would get it.
-    if (closing_ || peer.failed) {
-      finish_recv(slot, UCS_ERR_CANCELED, 0);
-      continue;
-    }
-    slot.payload_posted = true;
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL |
-                         UCP_OP_ATTR_FIELD_DATATYPE;
-    param.cb.recv = &UcxTransport::on_recv_done;
-    param.user_data = &slot;
-    param.datatype = ucp_dt_make_contig(1);
-    void* request = ucp_tag_recv_nbx(worker_.get(), slot.payload, slot.capacity,
-                                     data_tag(slot.tag, slot.peer) | kPayloadBit, kFullMask, &param);
-    if (UCS_PTR_IS_ERR(request)) {
-      finish_recv(slot, UCS_PTR_STATUS(request), 0);
-    } else if (op->pending()) {  // else the callback has run and recycled the slot
-      slot.request = request;
-    }
-  }
-  payload_posts_.clear();
-  return true;
+  slot->owner->finish_recv(*slot, status, info != nullptr ? info->length : 0);
 }
 
 // ---------------------------------------------------------------------------
@@ -751,40 +665,19 @@ void UcxTransport::send(int peer, std::uint64_t tag, std::span<const std::byte> 
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = &UcxTransport::on_send_done;
   param.user_data = &slot;
+  void* buffer = nullptr;
+  std::size_t count = 0;
+  describe_message(slot, payload, done, param, buffer, count);
   const std::uint64_t ucp_tag = data_tag(tag, rank_) | (bare ? kBareBit : 0);
-  // Counts the posting as a part, so that no callback finishes the slot before both parts are out.
-  slot.parts_pending = 1;
-  if (!bare && payload.size() >= kSeparatePayloadBytes) {
-    param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
-    param.datatype = ucp_dt_make_contig(1);
-    post_send_part(target.ep, &done.header, sizeof(MessageHeader), ucp_tag, param, slot, slot.request);
-    if (slot.parts_status == UCS_OK) {
-      post_send_part(target.ep, const_cast<std::byte*>(payload.data()), payload.size(), ucp_tag | kPayloadBit,
-                     param, slot, slot.payload_request);
-    }
+  void* request = ucp_tag_send_nbx(target.ep, buffer, count, ucp_tag, &param);
+  if (request == nullptr) {
+    finish_send(slot, UCS_OK);
+  } else if (UCS_PTR_IS_ERR(request)) {
+    finish_send(slot, UCS_PTR_STATUS(request));
   } else {
-    void* buffer = nullptr;
-    std::size_t count = 0;
-    describe_message(slot, payload, done, param, buffer, count);
-    post_send_part(target.ep, buffer, count, ucp_tag, param, slot, slot.request);
-  }
-  if (--slot.parts_pending == 0) {
-    finish_send(slot, slot.parts_status);
-  } else {
+    slot.request = request;
     done.handle = &slot;
   }
-}
-
-void UcxTransport::post_send_part(ucp_ep_h ep, void* buffer, std::size_t count, std::uint64_t ucp_tag,
-                                  ucp_request_param_t& param, OpSlot& slot, void*& request_out) {
-  ++slot.parts_pending;
-  void* request = ucp_tag_send_nbx(ep, buffer, count, ucp_tag, &param);
-  if (UCS_PTR_IS_PTR(request) && request != nullptr) {
-    request_out = request;  // on_send_done counts it down
-    return;
-  }
-  --slot.parts_pending;
-  if (UCS_PTR_IS_ERR(request) && slot.parts_status == UCS_OK) slot.parts_status = UCS_PTR_STATUS(request);
 }
 
 void UcxTransport::recv(int peer, std::uint64_t tag, std::span<std::byte> payload, Completion& done, bool bare) {
@@ -799,7 +692,6 @@ void UcxTransport::recv(int peer, std::uint64_t tag, std::span<std::byte> payloa
   slot.is_recv = true;
   slot.bare = bare;
   slot.capacity = payload.size();
-  slot.payload = payload.data();
 
   // No immediate completion: UCX 1.13 does not report the received length
   // (recv_info) for a receive that completes inside ucp_tag_recv_nbx, but it
@@ -816,12 +708,8 @@ void UcxTransport::recv(int peer, std::uint64_t tag, std::span<std::byte> payloa
   if (UCS_PTR_IS_ERR(request)) {
     finish_recv(slot, UCS_PTR_STATUS(request), 0);
   } else if (done.pending()) {  // else the callback has run, freed the request and recycled the slot
-    done.handle = &slot;
-    if (slot.header_arrived) {  // the header was waiting and announced a separate payload
-      post_payload_receives();
-      return;
-    }
     slot.request = request;
+    done.handle = &slot;
     // A message the dead peer sent before it failed has matched above; nothing more will come.
     if (peers_[static_cast<std::size_t>(peer)].failed) ucp_request_cancel(worker_.get(), request);
   }
@@ -833,8 +721,7 @@ void UcxTransport::recv(int peer, std::uint64_t tag, std::span<std::byte> payloa
 unsigned UcxTransport::drive() {
   unsigned events = 0;
   for (unsigned round = 0; round < kMaxProgressRounds; ++round) {
-    unsigned n = ucp_worker_progress(worker_.get());
-    if (post_payload_receives()) ++n;
+    const unsigned n = ucp_worker_progress(worker_.get());
     events += n;
     if (n == 0) break;
   }
@@ -969,9 +856,7 @@ void UcxTransport::cancel(Completion& op) {
   slot->cancel_requested = true;
   // A receive not yet matched ends here and now; a send (or a matched receive
   // still transferring) runs to its end, which progress drives.
-  // A receive whose header has matched runs to its end, as a matched receive does.
-  if (slot->request != nullptr && !slot->header_arrived) ucp_request_cancel(worker_.get(), slot->request);
-  if (slot->payload_request != nullptr) ucp_request_cancel(worker_.get(), slot->payload_request);
+  if (slot->request != nullptr) ucp_request_cancel(worker_.get(), slot->request);
   const auto bound = aborted() ? std::chrono::duration_cast<Clock::duration>(kCancelBoundAborted)
                                : std::chrono::duration_cast<Clock::duration>(kCancelBound);
   if (progress_until(op, Clock::now() + bound)) return;
