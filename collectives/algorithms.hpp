@@ -15,6 +15,13 @@ namespace antdt::coll {
 void allreduce_ring(Call& call, const std::byte* send, std::byte* recv, std::size_t count, DataType dtype,
                     ReduceOp op, std::span<const int> members = {});
 
+// Topology-aware (allreduce_hierarchical.cpp): the ranks of each node
+// reduce-scatter among themselves, the ranks holding the same slice on each
+// node AllReduce it with a ring across the nodes, and each node allgathers
+// its slices. With the nodes unequal in size it runs the flat ring.
+void allreduce_hierarchical(Call& call, const std::byte* send, std::byte* recv, std::size_t count, DataType dtype,
+                            ReduceOp op);
+
 // Pipelined chain root -> root+1 -> ... (large messages).
 void broadcast_chain(Call& call, const std::byte* send, std::byte* recv, std::size_t bytes, int root);
 // Binomial tree (small messages: log2(n) latency).

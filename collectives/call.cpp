@@ -60,6 +60,7 @@ const char* algo_name(Algo a) {
     case Algo::pairwise: return "pairwise";
     case Algo::shm: return "shared-memory";
     case Algo::shm_bulk: return "shared-memory-bulk";
+    case Algo::hierarchical: return "hierarchical";
   }
   return "?";
 }

@@ -5,6 +5,8 @@
 #include "core/log.hpp"
 #include "core/shm_channel.hpp"
 
+#include <algorithm>
+
 namespace antdt::detail {
 
 CommImpl::CommImpl(std::unique_ptr<transport::Transport> transport, std::uint32_t comm_id, const Config& cfg,
@@ -16,6 +18,26 @@ CommImpl::CommImpl(std::unique_ptr<transport::Transport> transport, std::uint32_
 }
 
 CommImpl::~CommImpl() = default;
+
+void CommImpl::set_rank_nodes(std::span<const std::uint64_t> identities) {
+  ANTDT_ASSERT(identities.size() == static_cast<std::size_t>(size_));
+  std::vector<std::uint64_t> seen;
+  std::vector<int> ranks_on;
+  node_of_rank_.assign(identities.size(), 0);
+  for (std::size_t r = 0; r < identities.size(); ++r) {
+    auto at = std::find(seen.begin(), seen.end(), identities[r]);
+    if (at == seen.end()) {
+      seen.push_back(identities[r]);
+      ranks_on.push_back(0);
+      at = seen.end() - 1;
+    }
+    const auto node = static_cast<std::size_t>(at - seen.begin());
+    node_of_rank_[r] = static_cast<int>(node);
+    ++ranks_on[node];
+  }
+  node_count_ = static_cast<int>(seen.size());
+  nodes_uniform_ = std::all_of(ranks_on.begin(), ranks_on.end(), [&](int k) { return k == ranks_on.front(); });
+}
 
 telemetry::StepTiming& CommImpl::step_timing() {
   if (!step_timing_) {

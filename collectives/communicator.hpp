@@ -105,7 +105,20 @@ class CommImpl {
   bool shm_tried(ShmArea area = ShmArea::mailbox) const noexcept { return shm_tried_[index(area)]; }
   void set_shm(ShmArea area, std::unique_ptr<ShmChannel> channel) noexcept;
 
+  // Which node each rank is on (ANTDT_NODE_ID, else host name and boot id),
+  // as dense numbers 0.. in the order the nodes first appear among the ranks;
+  // the same on every rank. Set once, before any collective; a communicator
+  // made without the exchange (in-process threads) counts as one node.
+  void set_rank_nodes(std::span<const std::uint64_t> identities);
+  int node_of(int rank) const noexcept { return node_of_rank_.empty() ? 0 : node_of_rank_[static_cast<std::size_t>(rank)]; }
+  int node_count() const noexcept { return node_count_; }
+  // Every node holds the same number of ranks.
+  bool nodes_uniform() const noexcept { return nodes_uniform_; }
+
  private:
+  std::vector<int> node_of_rank_;
+  int node_count_ = 1;
+  bool nodes_uniform_ = true;
   std::unique_ptr<transport::Transport> transport_;
   std::uint32_t id_;
   Config cfg_;

@@ -57,6 +57,16 @@ constexpr Row kRows[] = {
      Algo::none, "allreduce", "ANTDT_ALGO=ring"},
     {Kind::allreduce, [](const SelectionInput& in) { return in.forced == AllreduceAlgo::recursive_doubling; },
      Algo::recursive_doubling, Algo::none, "allreduce", "ANTDT_ALGO=recursive_doubling"},
+    {Kind::allreduce, [](const SelectionInput& in) { return in.forced == AllreduceAlgo::hierarchical; },
+     Algo::hierarchical, Algo::none, "allreduce", "ANTDT_ALGO=hierarchical"},
+    {Kind::allreduce,
+     [](const SelectionInput& in) {
+       return in.forced == AllreduceAlgo::automatic && in.nodes > 1 && in.nodes_uniform && in.nranks > in.nodes &&
+              in.bytes >= kHierarchicalMinBytes;
+     },
+     Algo::hierarchical, Algo::none, "allreduce",
+     "ranks on several nodes, as many on each and more than one, at least kHierarchicalMinBytes: intra-node "
+     "reduce-scatter, inter-node ring per slice, intra-node allgather"},
     {Kind::allreduce,
      [](const SelectionInput& in) {
        return in.nranks > 1 && in.count <= recursive_doubling_max_bytes(in.nranks) / dtype_size(in.dtype);
@@ -124,6 +134,8 @@ SelectionInput selection_input(const detail::CommImpl& comm, Kind kind, std::siz
   in.shm_bulk_bytes = cfg.shm_bulk_bytes;
   in.mailbox_usable = !comm.shm_tried(detail::ShmArea::mailbox) || comm.shm(detail::ShmArea::mailbox) != nullptr;
   in.bulk_usable = !comm.shm_tried(detail::ShmArea::bulk) || comm.shm(detail::ShmArea::bulk) != nullptr;
+  in.nodes = comm.node_count();
+  in.nodes_uniform = comm.nodes_uniform();
   return in;
 }
 

@@ -33,7 +33,15 @@ struct SelectionInput {
   bool mailbox_usable = false;
   bool bulk_usable = false;
   bool everyone = true;  // partial: every rank contributes to this step
+  int nodes = 1;               // nodes the ranks are on (CommImpl::node_count)
+  bool nodes_uniform = true;   // every node has the same number of ranks
 };
+
+// From this many bytes up, ranks on more than one node (the same number on
+// each, more than one per node) run the hierarchical AllReduce: intra-node
+// reduce-scatter, one inter-node ring per slice, intra-node allgather
+// (allreduce_hierarchical.cpp). Below it recursive doubling or the ring.
+inline constexpr std::size_t kHierarchicalMinBytes = 256 * 1024;
 
 // The chosen row.
 struct Selection {

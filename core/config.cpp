@@ -30,6 +30,7 @@ namespace {
 constexpr long long kMaxTimeoutMs = 86'400'000;  // one day
 constexpr long long kMaxSpinUs = 1'000'000;
 constexpr long long kMinChunkBytes = 4LL << 10;
+constexpr std::size_t kMaxNodeIdBytes = 255;
 constexpr long long kMaxChunkBytes = 1LL << 30;
 constexpr long long kMaxShmBytes = 1LL << 20;  // the segment holds 2 x ranks slots of this size
 constexpr long long kMinShmBulkBytes = 4LL << 10, kMaxShmBulkBytes = 64LL << 20;  // 3 x ranks slots of this size
@@ -156,9 +157,10 @@ constexpr std::array<std::pair<std::string_view, LogLevel>, 4> kLogLevels{{
     {"error", LogLevel::error}, {"warn", LogLevel::warn}, {"info", LogLevel::info}, {"trace", LogLevel::trace}}};
 constexpr std::array<std::pair<std::string_view, std::string_view>, 2> kTransports{{
     {"ucx", "ucx"}, {"inproc", "inproc"}}};
-constexpr std::array<std::pair<std::string_view, AllreduceAlgo>, 4> kAlgos{{
+constexpr std::array<std::pair<std::string_view, AllreduceAlgo>, 5> kAlgos{{
     {"auto", AllreduceAlgo::automatic}, {"ring", AllreduceAlgo::ring},
-    {"recursive_doubling", AllreduceAlgo::recursive_doubling}, {"shm", AllreduceAlgo::shm}}};
+    {"recursive_doubling", AllreduceAlgo::recursive_doubling}, {"shm", AllreduceAlgo::shm},
+    {"hierarchical", AllreduceAlgo::hierarchical}}};
 constexpr std::array<std::pair<std::string_view, GpuPath>, 4> kGpuPaths{{
     {"auto", GpuPath::automatic}, {"ipc", GpuPath::ipc}, {"staged", GpuPath::staged}, {"direct", GpuPath::direct}}};
 constexpr std::array<std::pair<std::string_view, ProgressMode>, 3> kProgressModes{{
@@ -359,6 +361,10 @@ Config Config::from_env(const Lookup& lookup) {
   if (auto v = env.integer("ANTDT_TIMEOUT_MS", 1, kMaxTimeoutMs, "milliseconds")) c.timeout = std::chrono::milliseconds(*v);
   if (auto v = env.choice("ANTDT_TRANSPORT", kTransports)) c.transport = std::string(*v);
   if (auto v = env.choice("ANTDT_ALGO", kAlgos)) c.allreduce_algo = *v;
+  if (auto v = env.get("ANTDT_NODE_ID")) {
+    if (v->empty() || v->size() > kMaxNodeIdBytes) invalid("ANTDT_NODE_ID", *v, "1 to 255 characters naming this rank's node");
+    c.node_id = std::string(*v);
+  }
   if (auto v = env.bytes("ANTDT_CHUNK_BYTES", kMinChunkBytes, kMaxChunkBytes)) c.chunk_bytes = static_cast<std::size_t>(*v);
   if (auto v = env.bytes("ANTDT_SHM_MAX_BYTES", 0, kMaxShmBytes)) c.shm_max_bytes = static_cast<std::size_t>(*v);
   if (auto v = env.bytes("ANTDT_SHM_BULK_BYTES", 0, kMaxShmBulkBytes)) {
@@ -471,6 +477,7 @@ std::vector<std::string> Config::describe() const {
   lines.push_back(cat("ANTDT_TIMEOUT_MS=", timeout.count()));
   lines.push_back(cat("ANTDT_TRANSPORT=", transport));
   lines.push_back(cat("ANTDT_ALGO=", name_of(allreduce_algo, kAlgos)));
+  lines.push_back(cat("ANTDT_NODE_ID=", node_id.empty() ? "(host name + boot id)" : node_id));
   lines.push_back(cat("ANTDT_CHUNK_BYTES=", format_bytes(chunk_bytes)));
   lines.push_back(cat("ANTDT_SHM_MAX_BYTES=", format_bytes(shm_max_bytes)));
   lines.push_back(cat("ANTDT_SHM_BULK_BYTES=", format_bytes(shm_bulk_bytes)));

@@ -21,4 +21,8 @@ std::uint64_t node_identity() {
   return id;
 }
 
+std::uint64_t topology_node(std::string_view node_id) {
+  return node_id.empty() ? node_identity() : hash::mix_text(hash::kSeed, node_id);
+}
+
 }  // namespace antdt

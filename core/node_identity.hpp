@@ -6,10 +6,15 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 namespace antdt {
 
 // Computed once per process.
 std::uint64_t node_identity();
+// The node a rank counts as for topology-aware collectives: `node_id`
+// (ANTDT_NODE_ID) when not empty -- how a launcher or a test groups ranks
+// itself -- else node_identity().
+std::uint64_t topology_node(std::string_view node_id);
 
 }  // namespace antdt

@@ -10,6 +10,7 @@
 #include "core/inject.hpp"
 #include "core/log.hpp"
 #include "core/net.hpp"
+#include "core/node_identity.hpp"
 #include "core/topology.hpp"
 #include "transport/fault/fault_transport.hpp"
 #include "transport/inproc/inproc_transport.hpp"
@@ -29,13 +30,30 @@ namespace antdt {
 
 namespace detail {
 Communicator make_communicator(std::unique_ptr<transport::Transport> transport, std::uint32_t comm_id,
-                               const Config& cfg, control::Endpoints control) {
-  return Communicator(std::make_unique<CommImpl>(std::move(transport), comm_id, cfg, std::move(control)));
+                               const Config& cfg, control::Endpoints control,
+                               std::span<const std::uint64_t> rank_nodes) {
+  auto impl = std::make_unique<CommImpl>(std::move(transport), comm_id, cfg, std::move(control));
+  if (!rank_nodes.empty()) impl->set_rank_nodes(rank_nodes);
+  return Communicator(std::move(impl));
 }
 }  // namespace detail
 
 namespace api {
 namespace {
+
+// Every rank's node (ANTDT_NODE_ID, else host name and boot id), for the
+// topology-aware collectives: one bootstrap allgather of 8 bytes per rank.
+std::vector<std::uint64_t> exchange_rank_nodes(Bootstrap& boot, const Config& cfg) {
+  const std::uint64_t mine = topology_node(cfg.node_id);
+  const auto all = boot.allgather(std::as_bytes(std::span(&mine, 1)));
+  std::vector<std::uint64_t> nodes(all.size());
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    if (all[r].size() != sizeof(std::uint64_t))
+      raise<BootstrapError>("rank ", r, " sent a node identity of ", all[r].size(), " bytes instead of 8");
+    std::memcpy(&nodes[r], all[r].data(), sizeof(std::uint64_t));
+  }
+  return nodes;
+}
 
 std::uint32_t comm_id_from(const UniqueId& id) {
   // Bytes of the random job secret: the same on every rank, different per job.
@@ -131,7 +149,9 @@ Communicator create_with(const UniqueId& id, int rank, int size, const Config& c
   }
   auto boot = make_tcp_bootstrap(id, rank, size, cfg.timeout);
   auto t = with_faults(transport::make_ucx_transport(*boot, cfg));
-  return detail::make_communicator(std::move(t), comm_id_from(id), cfg, control_from(boot->take_links(), rank));
+  const auto rank_nodes = exchange_rank_nodes(*boot, cfg);
+  return detail::make_communicator(std::move(t), comm_id_from(id), cfg, control_from(boot->take_links(), rank),
+                                   rank_nodes);
 }
 
 Communicator single_rank(const Config& cfg) {

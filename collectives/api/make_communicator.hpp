@@ -12,7 +12,10 @@
 
 namespace antdt::detail {
 
+// rank_nodes: each rank's node identity (core/node_identity.hpp), in rank
+// order; empty: every rank counts as one node.
 Communicator make_communicator(std::unique_ptr<transport::Transport> transport, std::uint32_t comm_id,
-                               const Config& cfg, control::Endpoints control = {});
+                               const Config& cfg, control::Endpoints control = {},
+                               std::span<const std::uint64_t> rank_nodes = {});
 
 }  // namespace antdt::detail

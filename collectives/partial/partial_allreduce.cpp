@@ -220,6 +220,8 @@ void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision
         allreduce_shm_bulk(ring, send, own_result, count, sig.dtype, sig.op);
       else if (algo == Algo::recursive_doubling)
         allreduce_recursive_doubling(ring, send, own_result, count, sig.dtype, sig.op);
+      else if (algo == Algo::hierarchical && input.everyone)
+        allreduce_hierarchical(ring, send, own_result, count, sig.dtype, sig.op);
       else
         allreduce_ring(ring, send, own_result, count, sig.dtype, sig.op, members);
     } else {

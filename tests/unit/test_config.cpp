@@ -102,6 +102,9 @@ TEST(Config, EnumsAndStrings) {
   EXPECT_EQ(parse({{"ANTDT_TRANSPORT", "inproc"}}).transport, "inproc");
   EXPECT_EQ(parse({{"ANTDT_ALGO", "AUTO"}}).allreduce_algo, AllreduceAlgo::automatic);
   EXPECT_EQ(parse({{"ANTDT_ALGO", "ring"}}).allreduce_algo, AllreduceAlgo::ring);
+  EXPECT_EQ(parse({{"ANTDT_ALGO", "Hierarchical"}}).allreduce_algo, AllreduceAlgo::hierarchical);
+  EXPECT_EQ(parse({{"ANTDT_NODE_ID", "rack3-node7"}}).node_id, "rack3-node7");
+  EXPECT_EQ(parse({}).node_id, "");
   EXPECT_EQ(parse({{"ANTDT_PROGRESS", "auto"}}).progress, ProgressMode::automatic);
   EXPECT_EQ(parse({{"ANTDT_PROGRESS", "Spin"}}).progress, ProgressMode::spin);
   EXPECT_EQ(parse({{"ANTDT_PROGRESS", "WAKE"}}).progress, ProgressMode::wake);
@@ -169,11 +172,13 @@ struct BadValue {
 };
 
 TEST(Config, InvalidValuesNameTheVariableAndValue) {
+  static const std::string long_node_id(256, 'n');  // ANTDT_NODE_ID: at most 255 characters
   const std::vector<BadValue> bad = {
       {"ANTDT_DEBUG", "verbose"},       {"ANTDT_DEBUG", "warning"},       {"ANTDT_TIMEOUT_MS", "abc"},
       {"ANTDT_TIMEOUT_MS", "0"},        {"ANTDT_TIMEOUT_MS", "86400001"}, {"ANTDT_TIMEOUT_MS", "-5"},
       {"ANTDT_TIMEOUT_MS", "1.5"},      {"ANTDT_TIMEOUT_MS", "10ms"},     {"ANTDT_TIMEOUT_MS", "99999999999999999999"},
-      {"ANTDT_TRANSPORT", "tcp"},       {"ANTDT_ALGO", "tree"},           {"ANTDT_CHUNK_BYTES", "4095"},
+      {"ANTDT_TRANSPORT", "tcp"},       {"ANTDT_ALGO", "tree"},           {"ANTDT_NODE_ID", long_node_id.c_str()},
+                {"ANTDT_CHUNK_BYTES", "4095"},
       {"ANTDT_CHUNK_BYTES", "2G"},      {"ANTDT_CHUNK_BYTES", "1T"},      {"ANTDT_CHUNK_BYTES", "K"},
       {"ANTDT_CHUNK_BYTES", "-4K"},     {"ANTDT_CHUNK_BYTES", "1.5M"},    {"ANTDT_CHUNK_BYTES", "4KB"},
       {"ANTDT_CHUNK_BYTES", "3k"},      {"ANTDT_CHUNK_BYTES", "9999999999999999999G"},

@@ -59,6 +59,37 @@ TEST(Selection, AllreduceRowsInOrder) {
   EXPECT_EQ(coll::select_algorithm(allreduce_of(16, DataType::f32, 1)).algo, Algo::ring);
 }
 
+TEST(Selection, HierarchicalAcrossUniformNodes) {
+  // Two nodes of two ranks, no shared memory across them: the hierarchy from
+  // kHierarchicalMinBytes up, the model's choice below.
+  SelectionInput in = allreduce_of(coll::kHierarchicalMinBytes / 4, DataType::f32, 4);
+  in.mailbox_usable = in.bulk_usable = false;
+  in.nodes = 2;
+  EXPECT_EQ(coll::select_algorithm(in).algo, Algo::hierarchical);
+  SelectionInput small = allreduce_of(coll::kHierarchicalMinBytes / 4 - 1, DataType::f32, 4);
+  small.mailbox_usable = small.bulk_usable = false;
+  small.nodes = 2;
+  EXPECT_NE(coll::select_algorithm(small).algo, Algo::hierarchical);
+  // Nodes of unequal size, or one rank per node: the flat algorithms.
+  SelectionInput uneven = in;
+  uneven.nodes_uniform = false;
+  EXPECT_EQ(coll::select_algorithm(uneven).algo, Algo::ring);
+  SelectionInput one_each = in;
+  one_each.nodes = 4;
+  EXPECT_EQ(coll::select_algorithm(one_each).algo, Algo::ring);
+  // One node: shared memory as before; ANTDT_ALGO=hierarchical forces it anywhere.
+  EXPECT_EQ(coll::select_algorithm(allreduce_of(1 << 20, DataType::f32, 4)).algo, Algo::shm_bulk);
+  SelectionInput forced = allreduce_of(16, DataType::f32, 4);
+  forced.forced = AllreduceAlgo::hierarchical;
+  EXPECT_EQ(coll::select_algorithm(forced).algo, Algo::hierarchical);
+  // A partial step with every rank reads the same row; without, the contributors' ring.
+  SelectionInput partial = in;
+  partial.kind = Kind::partial;
+  EXPECT_EQ(coll::select_algorithm(partial).algo, Algo::hierarchical);
+  partial.everyone = false;
+  EXPECT_EQ(coll::select_algorithm(partial).algo, Algo::ring);
+}
+
 TEST(Selection, PartialStepsReadTheAllreduceRows) {
   SelectionInput in = allreduce_of(1024, DataType::f32, 4);
   in.kind = Kind::partial;

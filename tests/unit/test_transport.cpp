@@ -103,6 +103,39 @@ TEST_P(TransportTest, PingPongOfEverySizeArrivesIntact) {
   EXPECT_EQ(failures(outcomes), "");
 }
 
+// UCX sends payloads of 64 KiB and more as a header message and a payload
+// message of their own: a small message into a large receive, then large ones
+// on the same tag, and a large one into a receive just big enough, all land in
+// order and in place.
+TEST_P(TransportTest, SmallAndLargeMessagesShareATagInOrder) {
+  const std::array<std::size_t, 4> sizes{1000, 1 << 20, 64 << 10, (64 << 10) - 1};
+  auto outcomes = run_group(kind(), 2, [&](Transport& t) {
+    std::vector<std::vector<std::byte>> out, in;
+    std::array<Completion, sizes.size()> ops;
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      out.push_back(pattern(sizes[i], 300 + i));
+      in.emplace_back(i == 0 ? std::size_t{1} << 20 : sizes[i], std::byte{0});
+    }
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      if (t.rank() == 0) {
+        ops[i].header = header_for(i, sizes[i]);
+        t.post_send(1, 9, bytes_of(out[i]), ops[i]);
+      } else {
+        t.post_recv(0, 9, bytes_of(in[i]), ops[i]);
+      }
+    }
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      require_done(wait_for(t, {&ops[i]}), ops[i], "message " + std::to_string(i));
+      if (t.rank() == 1) {
+        EXPECT_TRUE(same_header(ops[i].header, header_for(i, sizes[i]))) << i;
+        EXPECT_EQ(ops[i].received_bytes, sizes[i]) << i;
+        EXPECT_TRUE(std::equal(out[i].begin(), out[i].end(), in[i].begin())) << "data of message " << i;
+      }
+    }
+  });
+  EXPECT_EQ(failures(outcomes), "");
+}
+
 TEST_P(TransportTest, MessagesWithOneTagMatchInSendOrder) {
   constexpr int kMessages = 200;
   auto outcomes = run_group(kind(), 2, [&](Transport& t) {

@@ -122,6 +122,16 @@ void default_ucx_environment() {
   });
 }
 
+// Whether UCX_TLS leaves UCX's shared-memory transports (mm: posix, sysv) in.
+bool shared_memory_transports_enabled() {
+  const char* tls = std::getenv("UCX_TLS");
+  if (tls == nullptr || tls[0] == '^') return true;
+  const std::string_view list(tls);
+  for (std::string_view name : {"all", "sm", "mm", "posix", "sysv"})
+    if (list.find(name) != std::string_view::npos) return true;
+  return false;
+}
+
 bool all_finished(std::span<Completion* const> ops) noexcept {
   return std::all_of(ops.begin(), ops.end(), [](const Completion* op) { return !op->pending(); });
 }
@@ -355,8 +365,10 @@ UcxTransport::UcxTransport(Bootstrap& boot, const Config& cfg, const UcxOptions&
   // woken when it drains. 256 slots (≈ 2 MiB of /dev/shm per rank, so only for
   // up to kFifoRanks ranks) made 4-rank push-pull of 8 MiB 2.7x faster and
   // left AllReduce as it was (docs/benchmarks.md). A value the user set wins.
+  // UCX_TLS without a shared-memory transport (tcp,self: the network path)
+  // has no FIFO, and UCX would warn that the setting is invalid.
   constexpr int kFifoRanks = 16;
-  if (std::getenv("UCX_MM_FIFO_SIZE") == nullptr && size_ <= kFifoRanks &&
+  if (std::getenv("UCX_MM_FIFO_SIZE") == nullptr && size_ <= kFifoRanks && shared_memory_transports_enabled() &&
       ucp_config_modify(config.get(), "MM_FIFO_SIZE", "256") != UCS_OK)
     ANTDT_INFO("ucx transport: could not set MM_FIFO_SIZE=256; keeping UCX's default");
 

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# AllReduce across "nodes" on this machine (tools/netns-nodes.sh: network
+# namespaces with host names of their own, veth through a bridge), in one go
+# and interleaved: antdt's flat ring (ANTDT_ALGO=ring), antdt's hierarchical
+# AllReduce (ANTDT_ALGO=hierarchical) and Open MPI over TCP (btl tcp,self,
+# launched into the namespaces by mpirun through an rsh agent that enters
+# them). Prints the median busbw per size and the ratios hierarchical / flat
+# and hierarchical / Open MPI. The machine is shared: the figures are provisional.
+#
+# usage: perf/netns_compare.sh [-n NODES] [-p RANKS_PER_NODE] [-r LAUNCHES] [--rate RATE] [--bin DIR]
+#                              [-- perf options]
+#   -n NODES      2 or 4 (default 2)       -p RANKS   ranks per node (default 2)
+#   -r LAUNCHES   launches of each (default 3)
+#   --rate RATE   tbf limit on every node's link (e.g. 5gbit; default none)
+#   --bin DIR     the build directory (default: build next to this script)
+#   perf options  passed to every tool (default: -b 1M -e 64M -f 8 -n 5 -w 2 -c 0)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+nodes=2 per_node=2 launches=3 rate="" bin="$here/../build" perf_args=()
+while (($#)); do
+  case "$1" in
+    -n) nodes="$2"; shift 2 ;;
+    -p) per_node="$2"; shift 2 ;;
+    -r) launches="$2"; shift 2 ;;
+    --rate) rate="$2"; shift 2 ;;
+    --bin) bin="$2"; shift 2 ;;
+    --) shift; perf_args=("$@"); break ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    *) echo "netns_compare.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+((${#perf_args[@]})) || perf_args=(-b 1M -e 64M -f 8 -n 5 -w 2 -c 0)
+antdt_tool=$(readlink -f "$bin/perf/antdt_allreduce_perf")
+mpi_tool=$(readlink -f "$bin/perf/baselines/mpi_allreduce_perf")
+[[ -x "$antdt_tool" && -x "$mpi_tool" ]] || { echo "netns_compare.sh: build antdt_allreduce_perf and mpi_allreduce_perf in $bin" >&2; exit 2; }
+
+if [[ -z "${ANTDTNET_EXEC:-}" ]]; then
+  net_args=(-n "$nodes")
+  [[ -n "$rate" ]] && net_args+=(--rate "$rate")
+  exec "$here/../tools/netns-nodes.sh" "${net_args[@]}" -- "$0" -n "$nodes" -p "$per_node" -r "$launches" \
+    --bin "$bin" -- "${perf_args[@]}"
+fi
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+ranks=$((nodes * per_node))
+export UCX_WARN_UNUSED_ENV_VARS=n OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+# antdt: every rank started in its node with the launcher-neutral variables; rank 0 prints.
+run_antdt() {  # run_antdt <out> <env...>
+  local out="$1" r pids=() port secret
+  shift
+  port=$((20000 + RANDOM % 20000))
+  secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+  for ((r = 0; r < ranks; r++)); do
+    $ANTDTNET_EXEC $((r / per_node)) -- env ANTDT_RANK=$r ANTDT_WORLD_SIZE=$ranks \
+      ANTDT_ROOT="$ANTDTNET_IP_0:$port" ANTDT_SECRET="$secret" "$@" "$antdt_tool" "${perf_args[@]}" \
+      >"$out.rank$r" 2>&1 &
+    pids+=($!)
+  done
+  for r in "${!pids[@]}"; do wait "${pids[$r]}" || { cat "$out.rank$r" >&2; return 1; }; done
+  mv "$out.rank0" "$out"
+}
+
+# Open MPI: mpirun in node 0; the other nodes' daemons through an rsh agent that enters them.
+cat >"$work/agent.sh" <<'EOF'
+#!/usr/bin/env bash
+host="$1"; shift
+exec $ANTDTNET_EXEC "${host##*node}" -- /bin/sh -c "$*"
+EOF
+chmod +x "$work/agent.sh"
+hosts=""
+for ((i = 0; i < nodes; i++)); do
+  var="ANTDTNET_HOST_$i"
+  hosts+="${hosts:+,}${!var}:$per_node"
+done
+run_mpi() {
+  $ANTDTNET_EXEC 0 -- mpirun --mca plm_rsh_agent "$work/agent.sh" -x ANTDTNET_EXEC --mca oob_tcp_if_include eth0 \
+    --mca btl_tcp_if_include eth0 --mca btl tcp,self --mca pml ob1 --bind-to none -H "$hosts" -np "$ranks" \
+    "$mpi_tool" "${perf_args[@]}" >"$1" 2>&1
+}
+
+echo "# netns_compare.sh: $nodes nodes x $per_node ranks${rate:+, links at $rate}, $launches interleaved launches each"
+echo "# options: ${perf_args[*]}"
+for ((i = 0; i < launches; i++)); do
+  run_antdt "$work/flat.$i" ANTDT_ALGO=ring || { echo "netns_compare.sh: the flat ring failed" >&2; exit 1; }
+  run_antdt "$work/hier.$i" ANTDT_ALGO=hierarchical || { echo "netns_compare.sh: hierarchical failed" >&2; exit 1; }
+  run_mpi "$work/mpi.$i" || { cat "$work/mpi.$i" >&2; echo "netns_compare.sh: Open MPI failed" >&2; exit 1; }
+done
+
+awk '
+  function median(list,   n, v, i, j, t) {
+    n = split(list, v, " ")
+    if (n == 0) return 0
+    for (i = 2; i <= n; i++) { t = v[i] + 0; for (j = i - 1; j >= 1 && v[j] + 0 > t; j--) v[j + 1] = v[j]; v[j + 1] = t }
+    return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+  }
+  function ratio(a, b) { return b > 0 ? sprintf("%6.2f", a / b) : "   N/A" }
+  FNR == 1 { tool = FILENAME; sub(/^.*\//, "", tool); sub(/\.[0-9]+$/, "", tool) }
+  /^#/ || NF < 13 { next }
+  { if (!($1 in seen)) { seen[$1] = 1; order[++rows] = $1 }; bw[tool, $1] = bw[tool, $1] " " $8 }
+  END {
+    printf "# median busbw (GB/s), out of place\n# %10s  %8s  %8s  %8s  %9s  %9s\n", "size", "flat", "hier", "mpi",
+           "hier/flat", "hier/mpi"
+    for (r = 1; r <= rows; r++) {
+      s = order[r]; f = median(bw["flat", s]); h = median(bw["hier", s]); m = median(bw["mpi", s])
+      printf "  %10s  %8.2f  %8.2f  %8.2f  %9s  %9s\n", s, f, h, m, ratio(h, f), ratio(h, m)
+    }
+  }' "$work"/flat.* "$work"/hier.* "$work"/mpi.*
