@@ -116,7 +116,11 @@ void Call::throw_if_aborted() {
   if (!info) return;
   // A mismatch found by any rank is a mismatch on every rank; anything else
   // is, from here, a remote abort carrying the origin's reason.
-  Status status = info->status == static_cast<int>(Status::mismatch) ? Status::mismatch : Status::remote_abort;
+  // A lost peer too: every survivor raises PeerLostError with the origin's
+  // words, which name the dead rank, its host and pid.
+  Status status = info->status == static_cast<int>(Status::mismatch)    ? Status::mismatch
+                  : info->status == static_cast<int>(Status::peer_lost) ? Status::peer_lost
+                                                                         : Status::remote_abort;
   std::string reason = info->origin_rank == rank()
                            ? info->reason
                            : cat("rank ", info->origin_rank, " aborted the communicator: ", info->reason);
@@ -295,6 +299,9 @@ void Call::check(detail::OpSlot& slot) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       check_aborted();
     }
+    if (auto lost = comm_.transport().peer_failure(slot.peer))
+      fail_peer_lost(cat("rank ", rank(), " in ", sig_.describe(), " #", seq_, ": peer ",
+                         comm_.transport().describe_peer(slot.peer), " is lost (", *lost, ")"));
     if (slot.is_recv && c.truncated)
       fail(Status::mismatch, cat("rank ", rank(), " in ", sig_.describe(), " #", seq_, ": rank ", slot.peer,
                                  " sent more data than expected (", c.error,

@@ -143,6 +143,8 @@ class Call {
   [[noreturn]] void fail_mismatch(const std::string& reason) { fail(Status::mismatch, reason); }
   [[noreturn]] void fail_timeout(const std::string& reason) { fail(Status::timeout, reason); }
   [[noreturn]] void fail_transport(const std::string& reason) { fail(Status::transport, reason); }
+  // A peer that is gone: PeerLostError here and at every peer (the reason names its rank, host and pid).
+  [[noreturn]] void fail_peer_lost(const std::string& reason) { fail(Status::peer_lost, reason); }
   // Drives the transport once and throws when this rank or a peer aborted.
   void check_aborted();
 

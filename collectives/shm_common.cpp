@@ -25,12 +25,18 @@ constexpr auto kLivenessEvery = std::chrono::milliseconds(20);
 
 // A peer that died never publishes: fail now, naming it, instead of at the
 // deadline. The peers still waiting hear of it through the abort.
+// The transport may know first (UCX reports a failed endpoint within ms of
+// the peer's death): a shared-memory wait asks it too.
 void check_peer_alive(Call& call, const ShmChannel& channel, int peer, const char* what) {
+  if (auto lost = call.comm().transport().peer_failure(peer))
+    call.fail_peer_lost(cat("rank ", call.rank(), " in ", call.signature().describe(), " #", call.seq(), ": peer ",
+                            call.comm().transport().describe_peer(peer), " is lost (", *lost,
+                            ") while this rank waited for its ", what, " in shared memory"));
   if (!channel.peer_gone(peer)) return;
   char host[256] = "?";
   ::gethostname(host, sizeof host - 1);
-  call.fail_transport(cat("rank ", call.rank(), " in ", call.signature().describe(), " #", call.seq(), ": peer rank ",
-                          peer, " (pid ", channel.peer_pid(peer), " on ", host, ") failed: its process is gone ",
+  call.fail_peer_lost(cat("rank ", call.rank(), " in ", call.signature().describe(), " #", call.seq(), ": peer rank ",
+                          peer, " (pid ", channel.peer_pid(peer), " on ", host, ") is lost: its process is gone ",
                           "while this rank waited for its ", what, " in shared memory"));
 }
 

@@ -26,9 +26,10 @@ bool shm_ready(Call& call, detail::ShmArea area);
 // Waits until `peer` published `slot` at `stamp` or later: polls, then polls
 // yielding the core (ANTDT_SPIN_US), then sleeps on the slot's futex, checking
 // for aborts, for a peer that announced another call at this sequence number
-// (MismatchError), for a peer whose process is gone (TransportError naming its
-// rank and pid; asked only every few ms of an unanswered wait) and for the
-// deadline (TimeoutError) between sleeps.
+// (MismatchError), for a peer whose process is gone or that the transport
+// reports failed (PeerLostError naming its rank, host and pid; asked only
+// every few ms of an unanswered wait) and for the deadline (TimeoutError)
+// between sleeps.
 // `what` names the data awaited in the timeout's message.
 ShmChannel::Peek shm_wait_for(Call& call, ShmChannel& channel, int peer, int slot,
                                       std::uint64_t stamp, const char* what);

@@ -15,6 +15,7 @@ void throw_status(Status status, const std::string& message) {
     case Status::aborted: throw AbortedError(message);
     case Status::unsupported: throw UnsupportedError(message);
     case Status::resync: throw ResyncError(message);
+    case Status::peer_lost: throw PeerLostError(message);
     case Status::ok:
     case Status::internal: break;
   }

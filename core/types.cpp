@@ -19,6 +19,7 @@ const char* status_name(Status s) noexcept {
     case Status::unsupported: return "unsupported";
     case Status::internal: return "internal error";
     case Status::resync: return "resync needed";
+    case Status::peer_lost: return "peer lost";
   }
   return "unknown status";
 }

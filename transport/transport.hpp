@@ -133,6 +133,18 @@ class Transport {
   virtual void abort(int status, std::string_view reason) noexcept = 0;
   // The first abort seen, local or from a peer.
   virtual std::optional<AbortInfo> abort_info() const = 0;
+
+  // Dead peers (docs/configuration.md#dead-ranks): why `peer` is known to be
+  // gone (UCX reported it failed, its connection closed), or nullopt while it
+  // is not. Operations with a failed peer end `failed`; the collective that
+  // sees this raises PeerLostError instead of a plain TransportError.
+  virtual std::optional<std::string> peer_failure(int peer) const {
+    (void)peer;
+    return std::nullopt;
+  }
+  // "rank N (pid P on host H)" where the transport knows the peer's process,
+  // else "rank N": how errors about a lost peer name it.
+  virtual std::string describe_peer(int peer) const { return cat("rank ", peer); }
 };
 
 }  // namespace antdt::transport

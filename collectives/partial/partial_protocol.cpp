@@ -171,7 +171,7 @@ FromArbiter decode_from_arbiter(std::span<const std::byte> bytes, int ranks) {
     case Kind::failure: {
       Failure m;
       auto status = r.get<std::int32_t>();
-      if (status <= 0 || status > static_cast<std::int32_t>(Status::resync))
+      if (status <= 0 || status > static_cast<std::int32_t>(Status::peer_lost))
         raise<BootstrapError>("malformed partial-collective failure: status ", status);
       m.status = static_cast<Status>(status);
       m.reason = r.get_string();

@@ -34,7 +34,8 @@ typedef enum {
   ANTDT_ERR_ABORTED = 8,          /* this rank aborted the communicator */
   ANTDT_ERR_UNSUPPORTED = 9,      /* the operation is not available in this build */
   ANTDT_ERR_INTERNAL = 10,        /* a bug: please report it */
-  ANTDT_ERR_RESYNC = 11           /* a partial-collective rank fell more results behind than are kept */
+  ANTDT_ERR_RESYNC = 11,          /* a partial-collective rank fell more results behind than are kept */
+  ANTDT_ERR_PEER_LOST = 12        /* a peer rank's process died or its connection closed (names rank, host, pid) */
 } antdtStatus_t;
 
 typedef enum {

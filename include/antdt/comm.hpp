@@ -42,6 +42,7 @@ enum class Status : int {
   unsupported = ANTDT_ERR_UNSUPPORTED,
   internal = ANTDT_ERR_INTERNAL,
   resync = ANTDT_ERR_RESYNC,
+  peer_lost = ANTDT_ERR_PEER_LOST,
 };
 
 ANTDT_API const char* status_name(Status s) noexcept;
@@ -71,6 +72,9 @@ ANTDT_DECLARE_ERROR(AbortedError, aborted);
 ANTDT_DECLARE_ERROR(UnsupportedError, unsupported);
 ANTDT_DECLARE_ERROR(InternalError, internal);
 ANTDT_DECLARE_ERROR(ResyncError, resync);
+// A peer rank is gone (its process died, or UCX or its connection reported it
+// failed): the message names its rank, host and pid. Raised on every survivor.
+ANTDT_DECLARE_ERROR(PeerLostError, peer_lost);
 #undef ANTDT_DECLARE_ERROR
 
 // ---------------------------------------------------------------------------

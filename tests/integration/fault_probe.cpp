@@ -12,8 +12,9 @@
 //             mailbox; 1 MiB: the bulk area) until one fails, and after 200 of
 //             them creates <--ready-dir>/ready.<rank>. The driver
 //             (shm_kill_driver.cpp) then kills rank --victim with SIGKILL; a
-//             survivor exits 0 only when its error is a TransportError or a
-//             RemoteAbortError that names the dead rank.
+//             survivor exits 0 only when its error is a PeerLostError that
+//             names the dead rank. (The driver also runs it over UCX alone,
+//             shared memory off, the same way.)
 //   join      join the job (from_env) and pass a barrier; prints the outcome and
 //             exits 0 when joined, or 10 + the antdt status code of the error
 //             (the wrong-secret driver reads this).
@@ -169,7 +170,7 @@ int scenario_shm_kill(Communicator& comm, const KillOptions& o) {
       }
     }
   } catch (const antdt::Error& e) {
-    const bool typed = e.status() == antdt::Status::transport || e.status() == antdt::Status::remote_abort;
+    const bool typed = e.status() == antdt::Status::peer_lost && dynamic_cast<const antdt::PeerLostError*>(&e);
     const bool named = std::string(e.what()).find(dead) != std::string::npos;
     say(rank, std::string(typed && named ? "ok" : "FAIL") + ": after " + std::to_string(calls) + " calls: " +
                   error_text(e));

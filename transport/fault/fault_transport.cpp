@@ -103,6 +103,8 @@ class FaultTransport final : public Transport {
 
   void abort(int status, std::string_view reason) noexcept override { inner_->abort(status, reason); }
   std::optional<AbortInfo> abort_info() const override { return inner_->abort_info(); }
+  std::optional<std::string> peer_failure(int peer) const override { return inner_->peer_failure(peer); }
+  std::string describe_peer(int peer) const override { return inner_->describe_peer(peer); }
 
  private:
   void hold(int peer, std::uint64_t tag, std::span<const std::byte> payload, Completion& done, bool device) {

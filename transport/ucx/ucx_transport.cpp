@@ -2,6 +2,7 @@
 
 #include "core/log.hpp"
 #include "core/wire_codec.hpp"
+#include "core/printable.hpp"
 #include "transport/transport_checks.hpp"
 
 #include <ucp/api/ucp.h>
@@ -20,6 +21,7 @@
 #include <sched.h>
 #include <thread>
 #include <type_traits>
+#include <unistd.h>
 #include <utility>
 
 namespace antdt::transport {
@@ -200,6 +202,8 @@ class UcxTransport final : public Transport {
   void cancel(Completion& op) override;
   void abort(int status, std::string_view reason) noexcept override;
   std::optional<AbortInfo> abort_info() const override;
+  std::optional<std::string> peer_failure(int peer) const override;
+  std::string describe_peer(int peer) const override;
 
  private:
   // One posted operation while UCX holds it. Slots live in a deque (stable
@@ -312,6 +316,12 @@ class UcxTransport final : public Transport {
   OpSlot* free_slots_ = nullptr;
   OpSlot* active_slots_ = nullptr;
   std::vector<Peer> peers_;
+  // Which peers failed and why, readable from any thread (peer_failure); the
+  // Peer records themselves belong to whoever holds the worker.
+  mutable std::mutex lost_mu_;
+  std::vector<std::string> lost_;        // index = rank; empty: not lost
+  std::vector<std::string> identities_;  // index = rank: "pid P on host H" as the peer reported it
+  void record_lost(int rank, const std::string& failure);
   std::vector<void*> closing_requests_;  // endpoint closes still in flight
 
   // Control traffic.
@@ -415,6 +425,19 @@ UcxTransport::UcxTransport(Bootstrap& boot, const Config& cfg, const UcxOptions&
   if (addresses.size() != static_cast<std::size_t>(size_)) {
     raise<TransportError>("UCX: the address exchange returned ", addresses.size(), " addresses for ", size_,
                           " ranks");
+  }
+
+  // Who each peer is, for the error that names a lost one (PeerLostError).
+  {
+    char host[256] = "?";
+    ::gethostname(host, sizeof host - 1);
+    const std::string me = cat("pid ", ::getpid(), " on ", host);
+    const std::vector<Bytes> ids = boot.allgather(std::as_bytes(std::span(me.data(), me.size())));
+    identities_.resize(static_cast<std::size_t>(size_));
+    lost_.resize(static_cast<std::size_t>(size_));
+    for (std::size_t r = 0; r < ids.size() && r < identities_.size(); ++r)
+      identities_[r] = printable(std::string_view(reinterpret_cast<const char*>(ids[r].data()),
+                                                  std::min<std::size_t>(ids[r].size(), 300)));
   }
 
   for (int i = 0; i < size_ * kInitialSlotsPerPeer; ++i) release_slot(slots_.emplace_back());
@@ -884,6 +907,7 @@ void UcxTransport::on_peer_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status
   peer->failed = true;
   peer->failure = cat("peer rank ", peer->rank, " failed: ", ucs_status_string(status));
   peer->owner->peer_failure_pending_ = true;
+  if (!peer->owner->closing_) peer->owner->record_lost(peer->rank, peer->failure);
   // While closing, peers that closed first are expected to be gone.
   const LogLevel level = peer->owner->closing_ ? LogLevel::info : LogLevel::warn;
   if (log::enabled(level)) log::write(level, cat("ucx transport: rank ", peer->owner->rank_, ": ", peer->failure));
@@ -895,9 +919,30 @@ void UcxTransport::fail_peer(int rank, std::string failure) {
     peer.failed = true;
     peer.failure = std::move(failure);
     log::write(LogLevel::warn, cat("ucx transport: rank ", rank_, ": ", peer.failure));
+    if (!closing_) record_lost(rank, peer.failure);
   }
   peer_failure_pending_ = true;
   handle_peer_failures();
+}
+
+void UcxTransport::record_lost(int rank, const std::string& failure) {
+  std::lock_guard guard(lost_mu_);
+  auto& slot = lost_.at(static_cast<std::size_t>(rank));
+  if (slot.empty()) slot = failure.empty() ? std::string("failed") : failure;
+}
+
+std::optional<std::string> UcxTransport::peer_failure(int peer) const {
+  if (peer < 0 || peer >= size_) return std::nullopt;
+  std::lock_guard guard(lost_mu_);
+  const auto& slot = lost_[static_cast<std::size_t>(peer)];
+  if (slot.empty()) return std::nullopt;
+  return slot;
+}
+
+std::string UcxTransport::describe_peer(int peer) const {
+  if (peer < 0 || peer >= static_cast<int>(identities_.size()) || identities_[static_cast<std::size_t>(peer)].empty())
+    return cat("rank ", peer);
+  return cat("rank ", peer, " (", identities_[static_cast<std::size_t>(peer)], ")");
 }
 
 void UcxTransport::close_endpoint(Peer& peer, bool force) {
