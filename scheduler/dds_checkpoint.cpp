@@ -200,7 +200,11 @@ DdsCheckpoint read_checkpoint(const std::string& path) {
   if (!in) raise<InvalidArgument>("DDS restore: cannot open ", path, ": ", std::strerror(errno));
   std::ostringstream buffer;
   buffer << in.rdbuf();
-  Json doc = Json::parse(buffer.str(), nullptr, /*allow_exceptions=*/false);
+  return parse_checkpoint(buffer.str(), path);
+}
+
+DdsCheckpoint parse_checkpoint(std::string_view text, const std::string& path) {
+  Json doc = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) malformed(path, "not valid JSON (truncated or corrupted file?)");
   const Reader rd{path};
   if (!doc.is_object()) malformed(path, "top level is not an object");

@@ -11,6 +11,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libgloo-dev
   nlohmann-json3-dev libcli11-dev
+  libsqlite3-dev
   iproute2
 )
 
