@@ -76,10 +76,12 @@ class SqliteDdsStore final : public DdsStore {
     try {
       exec_config("PRAGMA locking_mode = EXCLUSIVE");
       // The journal mode is persistent in the file; the answer says whether WAL is in force.
-      Statement mode(db_, "PRAGMA journal_mode = WAL", where_);
-      if (sqlite3_step(mode.get()) != SQLITE_ROW ||
-          std::string(reinterpret_cast<const char*>(sqlite3_column_text(mode.get(), 0))) != "wal")
-        raise<ConfigError>("the ", where_, " cannot use write-ahead logging (", sqlite3_errmsg(db_), ")");
+      {
+        Statement mode(db_, "PRAGMA journal_mode = WAL", where_);  // finalized before the transaction below
+        if (sqlite3_step(mode.get()) != SQLITE_ROW ||
+            std::string(reinterpret_cast<const char*>(sqlite3_column_text(mode.get(), 0))) != "wal")
+          raise<ConfigError>("the ", where_, " cannot use write-ahead logging (", sqlite3_errmsg(db_), ")");
+      }
       exec_config(sync == SqliteSync::full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL");
       // Takes the exclusive lock now: a second coordinator on this file fails here.
       exec_config("BEGIN IMMEDIATE");
