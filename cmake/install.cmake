@@ -62,6 +62,7 @@ install(FILES
 # ---------------------------------------------------------------------------
 get_filename_component(ANTDT_PC_CRYPTO_DIR "${OPENSSL_CRYPTO_LIBRARY}" DIRECTORY)
 set(ANTDT_PC_PRIVATE_FLAGS ${UCX_LDFLAGS} ${HWLOC_LDFLAGS} ${IBVERBS_LDFLAGS} "-L${ANTDT_PC_CRYPTO_DIR}" -lcrypto)
+list(APPEND ANTDT_PC_PRIVATE_FLAGS -lsqlite3)
 if(ANTDT_CUDA_ENABLED)
   list(APPEND ANTDT_PC_PRIVATE_FLAGS "-L${CUDAToolkit_LIBRARY_DIR}" -lcudart)
 endif()

@@ -456,6 +456,10 @@ Config Config::from_env(const Lookup& lookup) {
   if (auto v = env.real("ANTDT_COORDINATOR_CHECKPOINT_S", 0, 86400, true)) {
     c.coordinator_checkpoint_interval = std::chrono::milliseconds(std::max<long long>(1, std::llround(*v * 1000)));
   }
+  if (auto v = env.get("ANTDT_COORDINATOR_DB")) c.coordinator_db = *v;
+  if (auto v = env.real("ANTDT_COORDINATOR_GRACE_S", 0, 86400, true)) {
+    c.coordinator_grace = std::chrono::milliseconds(std::max<long long>(1, std::llround(*v * 1000)));
+  }
   if (auto v = env.integer("ANTDT_INCARNATION", 0, INT_MAX, "restarts of this rank so far")) c.incarnation = static_cast<int>(*v);
   if (auto v = env.integer("ANTDT_RESTART_EXIT_CODE", 1, 255, "exit code")) c.restart_exit_code = static_cast<int>(*v);
   return c;
@@ -516,6 +520,8 @@ std::vector<std::string> Config::describe() const {
   lines.push_back(cat("ANTDT_COORDINATOR_EMBEDDED=", coordinator_embedded ? 1 : 0));
   lines.push_back(cat("ANTDT_COORDINATOR_CHECKPOINT=", coordinator_checkpoint.empty() ? "(unset)" : coordinator_checkpoint));
   lines.push_back(cat("ANTDT_COORDINATOR_CHECKPOINT_S=", coordinator_checkpoint_interval.count() / 1000.0));
+  lines.push_back(cat("ANTDT_COORDINATOR_DB=", coordinator_db.empty() ? "(unset)" : coordinator_db));
+  lines.push_back(cat("ANTDT_COORDINATOR_GRACE_S=", coordinator_grace.count() / 1000.0));
   lines.push_back(cat("ANTDT_INCARNATION=", incarnation));
   lines.push_back(cat("ANTDT_RESTART_EXIT_CODE=", restart_exit_code));
   return lines;

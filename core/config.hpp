@@ -80,6 +80,8 @@ struct Config {
   bool coordinator_embedded = false;    // ANTDT_COORDINATOR_EMBEDDED=0|1: rank 0 hosts it at ANTDT_COORDINATOR
   std::string coordinator_checkpoint;   // ANTDT_COORDINATOR_CHECKPOINT: Dds checkpoint file (empty: none)
   std::chrono::milliseconds coordinator_checkpoint_interval{10000};  // ANTDT_COORDINATOR_CHECKPOINT_S, (0, 86400]
+  std::string coordinator_db;           // ANTDT_COORDINATOR_DB: the Dds state in SQLite, durable per commit (empty: none)
+  std::chrono::milliseconds coordinator_grace{120000};  // ANTDT_COORDINATOR_GRACE_S: antdt-coordinator exits once every rank is gone this long
   int incarnation = 0;                  // ANTDT_INCARNATION, 0..2147483647: restarts of this rank so far
   int restart_exit_code = 75;           // ANTDT_RESTART_EXIT_CODE, 1..255: the exit code asking for a restart
 

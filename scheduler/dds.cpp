@@ -160,6 +160,7 @@ std::uint64_t Dds::new_shard_locked(std::uint64_t begin, std::uint64_t end, std:
   s.cursor = begin;
   s.attempts = attempts;
   state_.shards.emplace(s.id, s);
+  touch_shard(s.id);
   return s.id;
 }
 
@@ -167,6 +168,7 @@ std::optional<std::uint64_t> Dds::next_todo_locked() {
   if (!state_.queued.empty()) {
     const std::uint64_t id = state_.queued.front();
     state_.queued.pop_front();
+    touch_queue();
     return id;
   }
   const std::uint64_t n = dataset_.size();
@@ -197,16 +199,24 @@ bool Dds::steal_locked(int thief) {
   const std::uint64_t cut = shard.end - half;
   const std::uint64_t id = new_shard_locked(cut, shard.end, shard.attempts);
   shard.end = cut;  // cut > cursor: the owner keeps samples and stays on this shard
+  touch_shard(shard.id);
   state_.queued.push_front(id);
+  touch_queue();
   state_.stolen += half;
   return true;
 }
 
 void Dds::maybe_done_locked(Shard& shard) {
   if (shard.cursor != shard.end || shard.pending != 0) return;
-  if (shard.owner >= 0 && state_.active[static_cast<std::size_t>(shard.owner)] == static_cast<std::int64_t>(shard.id))
+  if (shard.owner >= 0 && state_.active[static_cast<std::size_t>(shard.owner)] == static_cast<std::int64_t>(shard.id)) {
     state_.active[static_cast<std::size_t>(shard.owner)] = -1;
-  if (shard.state == ShardState::queued) std::erase(state_.queued, shard.id);
+    touch_rank(static_cast<std::size_t>(shard.owner));
+  }
+  if (shard.state == ShardState::queued) {
+    std::erase(state_.queued, shard.id);
+    touch_queue();
+  }
+  touch_shard(shard.id);
   ++state_.done_shards;
   state_.shards.erase(shard.id);  // `shard` dangles from here on
 }
@@ -236,6 +246,8 @@ Batch Dds::fetch(int rank, std::uint64_t max_samples) {
       ++taken.attempts;
       ++state_.shards_taken[r];
       state_.active[r] = static_cast<std::int64_t>(taken.id);
+      touch_shard(taken.id);
+      touch_rank(r);
     }
     Shard& shard = state_.shards.at(static_cast<std::uint64_t>(state_.active[r]));
     const std::uint64_t take = std::min(need, shard.end - shard.cursor);
@@ -244,8 +256,12 @@ Batch Dds::fetch(int rank, std::uint64_t max_samples) {
       shard.cursor += take;
       shard.pending += take;
       need -= take;
+      touch_shard(shard.id);
     }
-    if (shard.cursor == shard.end) state_.active[r] = -1;  // used up; DONE once its leases are committed
+    if (shard.cursor == shard.end) {
+      state_.active[r] = -1;  // used up; DONE once its leases are committed
+      touch_rank(r);
+    }
   }
   if (lease.pieces.empty()) {
     batch.status = FetchStatus::wait;
@@ -257,6 +273,7 @@ Batch Dds::fetch(int rank, std::uint64_t max_samples) {
     for (std::uint64_t p = piece.begin; p < piece.end; ++p) batch.samples.push_back(sample_at(state_.epoch, p));
   batch.lease = state_.next_lease_id++;
   state_.leases.emplace(batch.lease, std::move(lease));
+  touch_lease(batch.lease);
   return batch;
 }
 
@@ -274,8 +291,10 @@ bool Dds::commit(std::uint64_t lease) {
     shard.pending -= count;
     state_.committed += count;
     state_.total_committed += count;
+    touch_shard(shard.id);
     maybe_done_locked(shard);
   }
+  touch_lease(lease);
   state_.leases.erase(it);
   if (state_.committed == dataset_.size()) advance_epoch_locked();
   return true;
@@ -287,6 +306,7 @@ void Dds::return_piece_locked(int rank, const LeaseRecord::Piece& piece, bool al
   ANTDT_ASSERT(shard.pending >= count);
   shard.pending -= count;
   state_.given_back += count;
+  touch_shard(shard.id);
   const auto r = static_cast<std::size_t>(rank);
   // Rewind when these are the shard's latest handed-out samples and the rank is
   // still on this shard (or on none): the same rank takes them again next, and
@@ -296,10 +316,12 @@ void Dds::return_piece_locked(int rank, const LeaseRecord::Piece& piece, bool al
       rank_free) {
     shard.cursor = piece.begin;
     state_.active[r] = static_cast<std::int64_t>(shard.id);
+    touch_rank(r);
     return;
   }
   const std::uint64_t id = new_shard_locked(piece.begin, piece.end, shard.attempts);
   state_.queued.push_front(id);  // returned work first: the epoch must not end waiting on it
+  touch_queue();
   maybe_done_locked(state_.shards.at(piece.shard));
 }
 
@@ -308,6 +330,7 @@ void Dds::return_lease_locked(std::uint64_t id) {
   ANTDT_ASSERT(it != state_.leases.end());
   const LeaseRecord record = std::move(it->second);
   state_.leases.erase(it);
+  touch_lease(id);
   // Latest pieces first, so consecutive pieces rewind one cursor step by step.
   for (auto piece = record.pieces.rbegin(); piece != record.pieces.rend(); ++piece)
     return_piece_locked(record.rank, *piece, true);
@@ -346,10 +369,13 @@ std::uint64_t Dds::resplit(int rank, std::uint64_t keep) {
   // std::map insertion keeps references valid: `shard` stays usable.
   const std::uint64_t tail = new_shard_locked(cut, shard.end, shard.attempts);
   shard.end = cut;
+  touch_shard(shard.id);
   state_.queued.push_front(tail);
+  touch_queue();
   state_.resplit += moved;
   if (shard.cursor == shard.end) {
     state_.active[r] = -1;
+    touch_rank(r);
     maybe_done_locked(shard);
   }
   return moved;
@@ -359,6 +385,7 @@ std::uint64_t Dds::rank_failed(int rank) {
   check_rank(rank, "rank_failed");
   std::lock_guard lock(mutex_);
   ++state_.rank_failures;
+  dirty_scalars_ = true;
   if (state_.finished) return 0;
   // Counted before the leases go back, which may rewind these shards' cursors.
   std::uint64_t untouched = 0;
@@ -377,6 +404,7 @@ std::uint64_t Dds::rank_failed(int rank) {
   // Every lease cut from a shard belongs to its owner, so the rank's shards
   // have no pending samples left: each one with samples left becomes queued as it is.
   state_.active[static_cast<std::size_t>(rank)] = -1;
+  touch_rank(static_cast<std::size_t>(rank));
   for (const std::uint64_t id : owned) {
     const auto it = state_.shards.find(id);
     if (it == state_.shards.end()) continue;  // DONE when its last lease went back
@@ -389,6 +417,8 @@ std::uint64_t Dds::rank_failed(int rank) {
     shard.state = ShardState::queued;
     shard.owner = -1;
     state_.queued.push_front(id);
+    touch_shard(id);
+    touch_queue();
   }
   return returned;
 }
@@ -402,6 +432,9 @@ void Dds::advance_epoch_locked() {
   state_.committed = 0;
   state_.done_shards = 0;
   state_.queued.clear();
+  touch_queue();
+  for (std::size_t r = 0; r < state_.active.size(); ++r)
+    if (state_.active[r] != -1) touch_rank(r);
   std::fill(state_.active.begin(), state_.active.end(), -1);
   if (options_.epochs != 0 && state_.epoch >= options_.epochs) state_.finished = true;
 }
@@ -465,6 +498,7 @@ void Dds::checkpoint(const std::string& path) const {
 
 void Dds::restore_locked(DdsState state) {
   state_ = std::move(state);
+  dirty_all_ = true;
   // The leases' fates are unknown after a coordinator restart, and the training
   // state is rolled back to the checkpoint taken with this one: no step after it
   // counts, so samples not committed at checkpoint time must be consumed again.
@@ -492,12 +526,61 @@ void Dds::restore(const std::string& path) {
   restore_locked(std::move(parsed.state));
 }
 
-std::unique_ptr<Dds> Dds::load(const std::string& path) {
-  DdsCheckpoint parsed = read_checkpoint(path);
-  auto dds = std::make_unique<Dds>(std::move(parsed.dataset), parsed.options);
+std::unique_ptr<Dds> Dds::load(const std::string& path) { return resume(read_checkpoint(path)); }
+
+std::unique_ptr<Dds> Dds::resume(DdsCheckpoint stored, std::uint64_t* returned) {
+  auto dds = std::make_unique<Dds>(std::move(stored.dataset), stored.options);
   std::lock_guard lock(dds->mutex_);
-  dds->restore_locked(std::move(parsed.state));
+  const std::uint64_t before = stored.state.given_back;
+  dds->restore_locked(std::move(stored.state));
+  if (returned != nullptr) *returned = dds->state_.given_back - before;
   return dds;
+}
+
+DdsChanges Dds::take_changes() {
+  std::lock_guard lock(mutex_);
+  DdsChanges out;
+  out.everything = dirty_all_;
+  out.any = dirty_all_ || dirty_scalars_ || dirty_queue_ || !dirty_shards_.empty() || !dirty_leases_.empty() ||
+            !dirty_ranks_.empty();
+  if (!out.any) return out;
+  if (dirty_all_) {
+    out.state = state_;
+  } else {
+    // The scalar fields only: the rows go in the lists.
+    DdsState& s = out.state;
+    s.epoch = state_.epoch;
+    s.finished = state_.finished;
+    s.fresh = state_.fresh;
+    s.next_shard_id = state_.next_shard_id;
+    s.next_lease_id = state_.next_lease_id;
+    s.committed = state_.committed;
+    s.done_shards = state_.done_shards;
+    s.epochs_completed = state_.epochs_completed;
+    s.total_committed = state_.total_committed;
+    s.given_back = state_.given_back;
+    s.resplit = state_.resplit;
+    s.rank_failures = state_.rank_failures;
+    s.stolen = state_.stolen;
+    // A row touched and then removed in the same batch is simply gone.
+    for (const std::uint64_t id : dirty_shards_) {
+      if (auto it = state_.shards.find(id); it != state_.shards.end()) out.shards.push_back(it->second);
+      else out.shards_gone.push_back(id);
+    }
+    for (const std::uint64_t id : dirty_leases_) {
+      if (auto it = state_.leases.find(id); it != state_.leases.end()) out.leases.emplace_back(id, it->second);
+      else out.leases_gone.push_back(id);
+    }
+    for (const std::size_t r : dirty_ranks_)
+      out.ranks.push_back({static_cast<int>(r), state_.active[r], state_.shards_taken[r]});
+    out.queue_changed = dirty_queue_;
+    if (dirty_queue_) out.queue.assign(state_.queued.begin(), state_.queued.end());
+  }
+  dirty_all_ = dirty_scalars_ = dirty_queue_ = false;
+  dirty_shards_.clear();
+  dirty_leases_.clear();
+  dirty_ranks_.clear();
+  return out;
 }
 
 }  // namespace antdt::sched

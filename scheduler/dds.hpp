@@ -24,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -31,6 +32,10 @@
 
 namespace antdt {
 struct Config;
+}
+
+namespace antdt::sched {
+struct DdsCheckpoint;
 }
 
 namespace antdt::sched {
@@ -172,6 +177,27 @@ struct DdsState {
   std::uint64_t stolen = 0;
 };
 
+// What changed in a Dds since the last take_changes(): what a store that keeps
+// the state durably (scheduler/dds_store.hpp) writes in one transaction. The
+// Dds knows nothing of the store: it only records which rows it touched.
+struct DdsChanges {
+  bool everything = false;  // write `state` whole (a new or restored Dds); the lists below are empty then
+  DdsState state;           // everything: the whole state; otherwise only its scalar fields (maps and lists empty)
+  std::vector<Shard> shards;                                  // live shards created or changed
+  std::vector<std::uint64_t> shards_gone;                     // shards that are DONE (no longer live)
+  std::vector<std::pair<std::uint64_t, LeaseRecord>> leases;  // leases opened
+  std::vector<std::uint64_t> leases_gone;                     // leases settled or returned
+  struct RankSlot {
+    int rank = 0;
+    std::int64_t active = -1;
+    std::uint64_t shards_taken = 0;
+  };
+  std::vector<RankSlot> ranks;                                // ranks whose active shard or count changed
+  bool queue_changed = false;
+  std::vector<std::uint64_t> queue;                           // queue_changed: the whole queue, next first
+  bool any = false;                                           // false: nothing changed, nothing to write
+};
+
 class Dds {
  public:
   // InvalidArgument naming the problem: world_size < 1, shard_size == 0.
@@ -230,6 +256,15 @@ class Dds {
   void restore(const std::string& path);
   // Builds a Dds from the checkpoint alone (dataset and options included).
   static std::unique_ptr<Dds> load(const std::string& path);
+  // Builds a Dds from a state read back from a store (scheduler/dds_store.hpp).
+  // The leases open in it go back to queued, as after restore(); `returned`
+  // (when given) receives the samples that went back.
+  static std::unique_ptr<Dds> resume(DdsCheckpoint stored, std::uint64_t* returned = nullptr);
+
+  // The changes since the previous call (the first call, and the first after a
+  // restore, give everything). Whoever writes them durably calls this once per
+  // transaction, in order.
+  DdsChanges take_changes();
 
  private:
   void check_rank(int rank, std::string_view what) const;
@@ -241,12 +276,23 @@ class Dds {
   void return_lease_locked(std::uint64_t id);
   void advance_epoch_locked();
   void restore_locked(DdsState state);
+  // Change tracking for take_changes(): the rows an operation touched.
+  void touch_shard(std::uint64_t id) { dirty_shards_.insert(id); }
+  void touch_rank(std::size_t rank) { dirty_ranks_.insert(rank); }
+  void touch_lease(std::uint64_t id) { dirty_leases_.insert(id); }
+  void touch_queue() { dirty_queue_ = true; }
 
   Dataset dataset_;
   DdsOptions options_;
   mutable std::mutex mutex_;             // guards state_
   mutable std::mutex checkpoint_mutex_;  // serialises checkpoint() writers; taken before mutex_
   DdsState state_;
+  // Rows changed since the last take_changes() (guarded by mutex_).
+  std::set<std::uint64_t> dirty_shards_, dirty_leases_;
+  std::set<std::size_t> dirty_ranks_;
+  bool dirty_queue_ = false;
+  bool dirty_all_ = true;
+  bool dirty_scalars_ = false;  // a counter moved without touching a row (e.g. rank_failed of a finished job)
 };
 
 }  // namespace antdt::sched

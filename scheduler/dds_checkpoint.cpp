@@ -203,11 +203,15 @@ DdsCheckpoint read_checkpoint(const std::string& path) {
   if (!in) raise<InvalidArgument>("DDS restore: cannot open ", path, ": ", std::strerror(errno));
   std::ostringstream buffer;
   buffer << in.rdbuf();
+  return parse_checkpoint(buffer.str(), path);
+}
+
+DdsCheckpoint parse_checkpoint(std::string_view text, const std::string& path) {
   const auto bounded_depth = [&](int depth, Json::parse_event_t, Json&) {
     if (depth > kMaxDepth) malformed(path, cat("nests deeper than ", kMaxDepth, " levels"));
     return true;
   };
-  Json doc = Json::parse(buffer.str(), bounded_depth, /*allow_exceptions=*/false);
+  Json doc = Json::parse(text, bounded_depth, /*allow_exceptions=*/false);
   if (doc.is_discarded()) malformed(path, "not valid JSON (truncated or corrupted file?)");
   const Reader rd{path};
   if (!doc.is_object()) malformed(path, "top level is not an object");

@@ -26,6 +26,9 @@ std::string checkpoint_text(const Dataset& dataset, const DdsOptions& options, c
 // missing or mistyped field, checksum, version, inconsistent ranges) raises
 // InvalidArgument naming the path and the problem.
 DdsCheckpoint read_checkpoint(const std::string& path);
+// The same checks on checkpoint text; `path` names its origin in the messages
+// (a file, or the store the state was read back from).
+DdsCheckpoint parse_checkpoint(std::string_view text, const std::string& path);
 
 // Writes `text` to path.tmp, fsyncs it, renames it over `path`, fsyncs the
 // directory: a crash leaves either the old or the new file, never a mix.

@@ -6,8 +6,14 @@
 // again, so it can itself be restarted while the ranks keep running (they
 // reconnect within ANTDT_TIMEOUT_MS).
 //
-// It exits 0 once every rank that connected said bye (or on SIGINT/SIGTERM,
-// after a last checkpoint), printing the data-sharding totals.
+// With ANTDT_COORDINATOR_DB (or --db) every change of the data-sharding state is
+// in an SQLite database before the request that made it is answered: a kill -9
+// and a restart on the same database repeat and lose no commit (docs/dds.md).
+//
+// Exit codes (docs/scheduler.md): 0 the job completed (the data consumed and
+// every rank said bye); 3 every rank said bye, or SIGINT/SIGTERM came, before
+// the data was consumed; 4 no rank was connected for ANTDT_COORDINATOR_GRACE_S;
+// 1 an error (configuration, the database could not be written); 2 usage.
 #include <CLI/CLI.hpp>
 
 #include "core/config.hpp"
@@ -34,6 +40,8 @@ int main(int argc, char** argv) {
   std::string policy;
   std::string checkpoint;
   double checkpoint_s = 0;
+  std::string database;
+  double grace_s = 0;
   app.add_option("--listen", listen, "host:port to listen on (default: ANTDT_COORDINATOR)");
   app.add_option("-n,--world-size", world_size, "ranks in the job (default: ANTDT_WORLD_SIZE)")
       ->check(CLI::Range(1, 1 << 24));
@@ -44,6 +52,9 @@ int main(int argc, char** argv) {
   app.add_option("--policy", policy, "scheduling policy (default: ANTDT_POLICY)");
   app.add_option("--checkpoint", checkpoint, "checkpoint file (default: ANTDT_COORDINATOR_CHECKPOINT)");
   app.add_option("--checkpoint-s", checkpoint_s, "seconds between checkpoints (default: ANTDT_COORDINATOR_CHECKPOINT_S)")
+      ->check(CLI::Range(0.001, 86400.0));
+  app.add_option("--db", database, "SQLite database of the data-sharding state (default: ANTDT_COORDINATOR_DB)");
+  app.add_option("--grace-s", grace_s, "exit once no rank was connected this long (default: ANTDT_COORDINATOR_GRACE_S)")
       ->check(CLI::Range(0.001, 86400.0));
   CLI11_PARSE(app, argc, argv);
 
@@ -72,6 +83,11 @@ int main(int argc, char** argv) {
     if (!checkpoint.empty()) options.checkpoint_path = checkpoint;
     if (checkpoint_s > 0)
       options.checkpoint_interval = std::chrono::milliseconds(static_cast<long long>(checkpoint_s * 1000 + 0.5));
+    if (!database.empty()) options.database_path = database;
+    if (grace_s > 0) options.grace = std::chrono::milliseconds(static_cast<long long>(grace_s * 1000 + 0.5));
+    if (dataset_size > 0 && options.database_path.empty() && !options.checkpoint_path.empty())
+      std::fprintf(stderr, "antdt-coordinator: note: without ANTDT_COORDINATOR_DB (--db) a kill -9 repeats every "
+                           "commit made after the last checkpoint\n");
 
     // SIGINT / SIGTERM end the service through sigtimedwait below.
     sigset_t stop_signals;
@@ -88,7 +104,18 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
 
     int got_signal = 0;
+    std::string why_stopped;
     while (!service.coordinator().all_exited()) {
+      if (const std::string failure = service.failure(); !failure.empty()) {
+        std::fprintf(stderr, "antdt-coordinator: stopped: the data sharding state could not be written: %s\n",
+                     failure.c_str());
+        return 1;
+      }
+      if (const auto gone = service.coordinator().all_gone_for(); gone && *gone >= options.grace) {
+        why_stopped = antdt::cat("no rank was connected for ", options.grace.count() / 1000.0,
+                                 " s (ANTDT_COORDINATOR_GRACE_S)");
+        break;
+      }
       timespec wait{0, 100 * 1000 * 1000};
       const int sig = sigtimedwait(&stop_signals, nullptr, &wait);
       if (sig > 0) {
@@ -97,17 +124,30 @@ int main(int argc, char** argv) {
       }
     }
     service.stop();
+    service.coordinator().sync();
     service.coordinator().maybe_checkpoint(true);
+    const bool complete = service.coordinator().job_complete();
     const auto progress = service.coordinator().progress();
     const auto stats = service.coordinator().stats();
     std::printf("antdt-coordinator: %s; %llu samples committed, %llu epoch(s) completed, generation %llu, "
                 "%llu rank(s) lost, %llu restart(s)\n",
-                got_signal != 0 ? strsignal(got_signal) : "every rank said bye",
+                got_signal != 0 ? strsignal(got_signal) : !why_stopped.empty() ? why_stopped.c_str() : "every rank said bye",
                 static_cast<unsigned long long>(progress.total_committed),
                 static_cast<unsigned long long>(progress.epochs_completed),
                 static_cast<unsigned long long>(stats.generation), static_cast<unsigned long long>(stats.ranks_lost),
                 static_cast<unsigned long long>(stats.restarts_done));
-    return 0;
+    if (complete) return 0;
+    if (!why_stopped.empty()) {
+      std::fprintf(stderr, "antdt-coordinator: the job did not complete: %s; %llu rank(s) lost\n", why_stopped.c_str(),
+                   static_cast<unsigned long long>(stats.ranks_lost));
+      return 4;
+    }
+    std::fprintf(stderr, "antdt-coordinator: the job did not complete (%s before the data was consumed: epoch %u, %llu "
+                         "of %llu samples of it committed)\n",
+                 got_signal != 0 ? strsignal(got_signal) : "every rank said bye", progress.epoch,
+                 static_cast<unsigned long long>(progress.committed),
+                 static_cast<unsigned long long>(progress.epoch_samples));
+    return 3;
   } catch (const antdt::Error& e) {
     std::fprintf(stderr, "antdt-coordinator: %s\n", e.what());
     return 1;

@@ -11,6 +11,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libgloo-dev
   nlohmann-json3-dev libcli11-dev
+  libsqlite3-dev
   iproute2
   python3-torch libtorch-dev pybind11-dev python3-dev python3-matplotlib dataset-fashion-mnist
   clang-14 libclang-rt-14-dev

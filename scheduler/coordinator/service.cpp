@@ -3,6 +3,8 @@
 #include "core/config.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "scheduler/dds_checkpoint.hpp"
+#include "scheduler/dds_store_sqlite.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -32,6 +34,8 @@ CoordinatorOptions CoordinatorOptions::from(const Config& cfg, int world_size, s
   o.monitor = telemetry::MonitorConfig::from(cfg);
   o.checkpoint_path = cfg.coordinator_checkpoint;
   o.checkpoint_interval = cfg.coordinator_checkpoint_interval;
+  o.database_path = cfg.coordinator_db;
+  o.grace = cfg.coordinator_grace;
   return o;
 }
 
@@ -54,11 +58,9 @@ namespace {
 // A checkpoint that cannot be written is found out at the start, not when the
 // job ends and the final checkpoint fails (the data state of the job lost).
 // The checkpoint goes to a temporary file in the same directory, then is renamed.
-void check_checkpoint_path(const std::string& path) {
+void check_writable_path(const std::string& path, const char* what, const char* variables) {
   namespace fs = std::filesystem;
-  const auto where = [&] {
-    return cat("the coordinator checkpoint '", path, "' (ANTDT_COORDINATOR_CHECKPOINT or antdt-coordinator --checkpoint)");
-  };
+  const auto where = [&] { return cat("the coordinator ", what, " '", path, "' (", variables, ")"); };
   std::error_code ec;
   if (fs::is_directory(path, ec)) raise<ConfigError>(where(), " is a directory; name a file in it");
   std::string dir = fs::path(path).parent_path().string();
@@ -68,7 +70,15 @@ void check_checkpoint_path(const std::string& path) {
   if (::access(dir.c_str(), W_OK | X_OK) != 0)
     raise<ConfigError>(where(), " cannot be written: its directory '", dir, "' is not writable (",
                        std::strerror(errno), ")");
+  if (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0)
+    raise<ConfigError>(where(), " cannot be written (", std::strerror(errno), ")");
 }
+
+void check_checkpoint_path(const std::string& path) {
+  check_writable_path(path, "checkpoint", "ANTDT_COORDINATOR_CHECKPOINT or antdt-coordinator --checkpoint");
+}
+
+constexpr const char* kDatabaseVariables = "ANTDT_COORDINATOR_DB or antdt-coordinator --db";
 
 }  // namespace
 
@@ -79,9 +89,37 @@ Coordinator::Coordinator(CoordinatorOptions options)
   if (options_.dataset_size > 0 && !options_.checkpoint_path.empty()) check_checkpoint_path(options_.checkpoint_path);
   options_.dds.world_size = options_.world_size;
   if (options_.global_batch == 0) options_.global_batch = 32 * static_cast<std::uint64_t>(options_.world_size);
+  if (options_.dataset_size > 0 && !options_.database_path.empty())
+    check_writable_path(options_.database_path, "database", kDatabaseVariables);
   if (options_.dataset_size > 0) {
     dds_ = std::make_unique<sched::Dds>(sched::Dataset::samples(options_.dataset_size), options_.dds);
-    if (!options_.checkpoint_path.empty() && std::filesystem::exists(options_.checkpoint_path)) {
+    std::optional<sched::StoredState> stored;
+    if (!options_.database_path.empty()) {
+      try {
+        store_ = sched::open_sqlite_store(options_.database_path);
+        stored = store_->load();
+      } catch (const Error& e) {
+        raise<ConfigError>("the coordinator database (", kDatabaseVariables, "): ", e.what());
+      }
+    }
+    if (stored) {
+      if (!(stored->dds.dataset == dds_->dataset()) || !(stored->dds.options == dds_->options()))
+        raise<ConfigError>("the coordinator database '", options_.database_path, "' (", kDatabaseVariables,
+                           ") holds the state of another job (", stored->dds.dataset.size(), " samples, ",
+                           stored->dds.options.world_size, " ranks, shard size ", stored->dds.options.shard_size,
+                           ", seed ", stored->dds.options.seed, ", ", stored->dds.options.epochs,
+                           " epoch(s)); this one has ", dds_->dataset().size(), " samples, ", options_.world_size,
+                           " ranks, shard size ", options_.dds.shard_size, ", seed ", options_.dds.seed, ", ",
+                           options_.dds.epochs, " epoch(s)");
+      std::uint64_t returned = 0;
+      dds_ = sched::Dds::resume(std::move(stored->dds), &returned);
+      for (const auto& r : stored->settled) settled_[r.rank] = r;
+      resumed_ = true;
+      const auto p = dds_->progress();
+      ANTDT_INFO("coordinator: resumed the data sharding state from ", store_->describe(), " (epoch ", p.epoch, ", ",
+                 p.total_committed, " samples committed, ", returned, " samples of open leases back to the queue)");
+    } else if (!options_.checkpoint_path.empty() && std::filesystem::exists(options_.checkpoint_path)) {
+      resumed_ = true;
       dds_->restore(options_.checkpoint_path);
       const auto p = dds_->progress();
       ANTDT_INFO("coordinator: restored the data sharding state from ", options_.checkpoint_path, " (epoch ", p.epoch,
@@ -100,15 +138,67 @@ Coordinator::Coordinator(CoordinatorOptions options)
                                                       split.options);
   }
   members_.resize(static_cast<std::size_t>(options_.world_size));
+  idle_since_ = Clock::now();
+  // The first write holds everything: a new job, a resumed one with its leases
+  // returned, or a checkpoint imported.
+  if (store_) {
+    try {
+      sync();
+    } catch (const Error& e) {
+      raise<ConfigError>("the coordinator database (", kDatabaseVariables, "): ", e.what());
+    }
+  }
 }
 
 Coordinator::~Coordinator() {
+  try {
+    sync();
+  } catch (const Error& e) {
+    ANTDT_WARN("coordinator: final database write failed: ", e.what());
+  }
   try {
     std::lock_guard lock(mu_);
     checkpoint_locked(true);
   } catch (const Error& e) {
     ANTDT_WARN("coordinator: final checkpoint failed: ", e.what());
   }
+}
+
+void Coordinator::sync() {
+  std::lock_guard lock(mu_);
+  if (!store_ || !dds_) return;
+  const sched::DdsChanges changes = dds_->take_changes();
+  if (!changes.any && settled_dirty_.empty()) return;
+  store_->write(dds_->dataset(), dds_->options(), changes, settled_dirty_);
+  settled_dirty_.clear();
+}
+
+void Coordinator::note_settled_locked(int rank, std::uint64_t lease, bool commit, bool ok) {
+  if (!store_) return;
+  const sched::SettleRecord record{rank, lease, commit, ok};
+  settled_[rank] = record;
+  std::erase_if(settled_dirty_, [&](const auto& r) { return r.rank == rank; });
+  settled_dirty_.push_back(record);
+}
+
+std::optional<bool> Coordinator::settled_answer_locked(int rank, std::uint64_t lease, bool commit) const {
+  const auto it = settled_.find(rank);
+  if (it == settled_.end() || it->second.lease != lease || it->second.commit != commit) return std::nullopt;
+  return it->second.ok;
+}
+
+bool Coordinator::job_complete() const {
+  std::lock_guard lock(mu_);
+  if (!all_exited_locked()) return false;
+  return !dds_ || options_.dds.epochs == 0 || dds_->progress().finished;
+}
+
+std::optional<Clock::duration> Coordinator::all_gone_for() const {
+  std::lock_guard lock(mu_);
+  if (stats_.connected > 0 || all_exited_locked()) return std::nullopt;
+  const bool any = resumed_ || std::any_of(members_.begin(), members_.end(), [](const Member& m) { return m.ever_connected; });
+  if (!any) return std::nullopt;
+  return Clock::now() - idle_since_;
 }
 
 Coordinator::Member& Coordinator::member(int rank) {
@@ -300,18 +390,26 @@ bool Coordinator::commit(int rank, std::uint64_t lease) {
   std::lock_guard lock(mu_);
   member(rank);
   auto it = lease_owner_.find(lease);
-  if (!dds_ || it == lease_owner_.end() || it->second != rank) return false;
+  if (!dds_ || it == lease_owner_.end() || it->second != rank) {
+    // Sent again after a coordinator crash whose answer the rank never saw: the same answer.
+    return dds_ ? settled_answer_locked(rank, lease, true).value_or(false) : false;
+  }
   lease_owner_.erase(it);
-  return dds_->commit(lease);
+  const bool ok = dds_->commit(lease);
+  note_settled_locked(rank, lease, true, ok);
+  return ok;
 }
 
 bool Coordinator::give_back(int rank, std::uint64_t lease) {
   std::lock_guard lock(mu_);
   Member& m = member(rank);
   auto it = lease_owner_.find(lease);
-  if (!dds_ || it == lease_owner_.end() || it->second != rank) return false;
+  if (!dds_ || it == lease_owner_.end() || it->second != rank)
+    return dds_ ? settled_answer_locked(rank, lease, false).value_or(false) : false;
   lease_owner_.erase(it);
-  if (!dds_->give_back(lease)) return false;
+  const bool ok = dds_->give_back(lease);
+  note_settled_locked(rank, lease, false, ok);
+  if (!ok) return false;
   // The rank's contribution was dropped (too late). give_back rewinds its
   // shard so that it would compute the same samples again, and a rank the
   // arbiter no longer waits for would be dropped again at every step: the
@@ -358,7 +456,7 @@ void Coordinator::bye(int rank, bool restarting) {
   Member& m = member(rank);
   if (!m.connected) return;
   m.connected = false;
-  --stats_.connected;
+  if (--stats_.connected == 0) idle_since_ = Clock::now();
   if (!restarting) m.exited = true;
   // Open leases of a rank that says bye go back (a polite exit mid-step).
   std::vector<std::uint64_t> open;
@@ -377,7 +475,7 @@ void Coordinator::lost(int rank) {
   Member& m = member(rank);
   if (!m.connected) return;
   m.connected = false;
-  --stats_.connected;
+  if (--stats_.connected == 0) idle_since_ = Clock::now();
   ++stats_.ranks_lost;
   std::erase_if(lease_owner_, [&](const auto& entry) { return entry.second == rank; });
   const std::uint64_t returned = dds_ ? dds_->rank_failed(rank) : 0;
@@ -517,6 +615,7 @@ void CoordinatorService::run() {
       }
       if (!keep) c.link = control::Link();
     }
+    answer_round();
     std::erase_if(connections_, [](const auto& c) { return !c->link; });
     try {
       coordinator_->maybe_checkpoint();
@@ -636,7 +735,7 @@ bool CoordinatorService::handle(Connection& c, const Bytes& frame) {
     return welcome.accepted;
   }
   Bytes reply;
-  bool keep = true;
+  bool close_after = false;
   try {
     const Request request = decode_request(frame);
     reply = std::visit(
@@ -665,7 +764,7 @@ bool CoordinatorService::handle(Connection& c, const Bytes& frame) {
             static_assert(std::is_same_v<T, Bye>);
             coordinator_->bye(c.rank, m.restarting);
             c.said_bye = true;
-            keep = false;
+            close_after = true;
             return encode(Ack{});
           }
         },
@@ -678,13 +777,44 @@ bool CoordinatorService::handle(Connection& c, const Bytes& frame) {
   } catch (const Error& e) {
     reply = encode(ErrorReply{e.status(), e.what()});
   }
+  // Answered once the round's changes are durable (answer_round).
+  pending_.push_back({&c, std::move(reply), close_after});
+  return true;
+}
+
+void CoordinatorService::answer_round() {
   try {
-    c.link.send(reply, deadline);
-  } catch (const Error&) {
-    if (!c.said_bye) coordinator_->lost(c.rank);
-    return false;
+    coordinator_->sync();
+  } catch (const Error& e) {
+    // An answer must never promise what a restart would forget: stop serving.
+    ANTDT_WARN("coordinator: cannot write the data sharding state: ", e.what(), "; the coordinator stops");
+    {
+      std::lock_guard lock(failure_mu_);
+      failure_ = e.what();
+    }
+    pending_.clear();
+    stop_.store(true);
+    return;
   }
-  return keep;
+  const auto deadline = Clock::now() + send_timeout_;
+  for (Pending& p : pending_) {
+    Connection& c = *p.connection;
+    if (!c.link) continue;
+    try {
+      c.link.send(p.reply, deadline);
+    } catch (const Error&) {
+      if (!c.said_bye) coordinator_->lost(c.rank);
+      c.link = control::Link();
+      continue;
+    }
+    if (p.close_after) c.link = control::Link();
+  }
+  pending_.clear();
+}
+
+std::string CoordinatorService::failure() const {
+  std::lock_guard lock(failure_mu_);
+  return failure_;
 }
 
 }  // namespace antdt::sched::coord

@@ -23,6 +23,7 @@
 #include "scheduler/controller.hpp"
 #include "scheduler/coordinator/wire.hpp"
 #include "scheduler/dds.hpp"
+#include "scheduler/dds_store.hpp"
 #include "collectives/telemetry/monitor.hpp"
 
 #include <array>
@@ -60,12 +61,20 @@ struct CoordinatorOptions {
   std::string checkpoint_path;
   std::chrono::milliseconds checkpoint_interval{10000};
   std::uint64_t checkpoint_steps = 0;
+  // The Dds state in an SQLite database (empty: none; docs/dds.md "Durable
+  // state"): every change is written before the request that made it is
+  // answered, so a kill -9 of the coordinator loses and repeats no commit.
+  // Resumed at start when the database holds a state (else imported from
+  // checkpoint_path when that file exists).
+  std::string database_path;
+  // antdt-coordinator exits (non-zero) once no rank has been connected for this long.
+  std::chrono::milliseconds grace{120000};
   // Runs inside rank 0's process: an order to restart rank 0 is not carried out
   // (it would take the coordinator down with it), only logged.
   bool embedded = false;
 
   // From the process configuration: the Dds knobs (ANTDT_DDS_*), the Monitor's
-  // (ANTDT_MONITOR_*) and ANTDT_COORDINATOR_CHECKPOINT(_S).
+  // (ANTDT_MONITOR_*), ANTDT_COORDINATOR_CHECKPOINT(_S), ANTDT_COORDINATOR_DB and ANTDT_COORDINATOR_GRACE_S.
   static CoordinatorOptions from(const Config& cfg, int world_size, std::uint64_t dataset_size,
                                  std::uint32_t epochs, std::uint64_t global_batch);
 };
@@ -117,6 +126,17 @@ class Coordinator {
   void lost(int rank);
   // Writes the checkpoint when one is due (or `force`); no-op without a checkpoint path.
   void maybe_checkpoint(bool force = false);
+  // Writes the changes since the last sync to the database in one transaction
+  // (no-op without one, or without changes). The service calls it before it
+  // sends the answers of a round of requests. Throws when the write fails:
+  // nothing of the round may be answered then.
+  void sync();
+  // The job is done: the data is consumed (every epoch served, when there is
+  // a dataset with an end) and every rank that connected said bye.
+  bool job_complete() const;
+  // How long no rank has been connected, once some rank was (or the state was
+  // resumed from a database or checkpoint: ranks were there before); nullopt otherwise.
+  std::optional<std::chrono::steady_clock::duration> all_gone_for() const;
 
   CoordinatorStats stats() const;
   sched::DdsProgress progress() const;  // zeros without a dataset
@@ -168,6 +188,13 @@ class Coordinator {
   std::chrono::steady_clock::time_point last_checkpoint_;
   std::uint64_t closed_at_checkpoint_ = 0;
   CoordinatorStats stats_;
+  std::unique_ptr<sched::DdsStore> store_;
+  std::map<int, sched::SettleRecord> settled_;     // per rank: its latest settle and the answer it got
+  std::vector<sched::SettleRecord> settled_dirty_; // not yet in the store
+  bool resumed_ = false;
+  std::chrono::steady_clock::time_point idle_since_;
+  void note_settled_locked(int rank, std::uint64_t lease, bool commit, bool ok);
+  std::optional<bool> settled_answer_locked(int rank, std::uint64_t lease, bool commit) const;
 };
 
 // Runs a Coordinator behind a TCP listener on its own thread.
@@ -187,6 +214,8 @@ class CoordinatorService {
   bool wait_all_exited(std::chrono::steady_clock::time_point deadline) const;
   // Thread-safe: makes the service thread stop (the destructor waits for it).
   void stop() noexcept;
+  // Why the service stopped by itself (its database could not be written), or empty.
+  std::string failure() const;
 
  private:
   // Frames are read without blocking (control::FrameReader): a connection
@@ -213,7 +242,18 @@ class CoordinatorService {
   // than this for a flood of connections without the secret.
   std::size_t max_unauthenticated() const;
 
+  // Answers are sent only once the round's changes are durable (Coordinator::sync).
+  struct Pending {
+    Connection* connection;
+    Bytes reply;
+    bool close_after;  // bye: the connection ends once the answer is out
+  };
+  void answer_round();
+
   std::unique_ptr<Coordinator> coordinator_;
+  std::vector<Pending> pending_;
+  mutable std::mutex failure_mu_;
+  std::string failure_;
   std::vector<std::byte> secret_;
   std::chrono::milliseconds send_timeout_;
   net::Fd listener_;

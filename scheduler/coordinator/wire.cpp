@@ -372,7 +372,7 @@ ErrorReply decode_error(std::span<const std::byte> bytes) {
   Reader r(bytes, Kind::error, "error");
   ErrorReply m;
   const auto status = r.get<std::int32_t>();
-  if (status <= 0 || status > static_cast<std::int32_t>(Status::resync))
+  if (status <= 0 || status > static_cast<std::int32_t>(Status::peer_lost))
     raise<BootstrapError>("malformed coordinator error: status ", status);
   m.status = static_cast<Status>(status);
   m.message = r.text();

@@ -223,7 +223,7 @@ void coordinator_restart(const Paths& p) {
   check(committed_batches >= 15, "the job committed batches before the coordinator restart");
   ::kill(coordinator, SIGTERM);
   const auto first = wait_for(coordinator, std::chrono::seconds(10));
-  check(first && first->code == 0, "antdt-coordinator stopped on SIGTERM (with a last checkpoint)");
+  check(first && first->code == 3, "antdt-coordinator stopped on SIGTERM (with a last checkpoint), exit 3: the job was not complete");
   check(std::filesystem::exists(checkpoint), "the coordinator wrote its checkpoint");
   coordinator = start_coordinator(p, port, 3, n, 30, 30, checkpoint);
   const auto ended = wait_for(job, kJobLimit);

@@ -1,0 +1,51 @@
+// Where the coordinator keeps its data-sharding state durably (docs/dds.md,
+// "Durable state"). The Dds itself knows no store: it records the rows each
+// operation touched (Dds::take_changes) and the coordinator hands them to a
+// DdsStore in one transaction per batch of requests, before it answers any of
+// them. The SQLite implementation is scheduler/dds_store_sqlite.hpp.
+#pragma once
+
+#include "scheduler/dds.hpp"
+#include "scheduler/dds_checkpoint.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace antdt::sched {
+
+// The answer to a rank's latest commit or give-back, kept with the DDS state:
+// a request the rank sends again after a coordinator crash (it never saw the
+// answer) gets the answer of the first one instead of "not open".
+struct SettleRecord {
+  int rank = 0;
+  std::uint64_t lease = 0;
+  bool commit = false;  // commit (true) or give_back (false)
+  bool ok = false;      // what the first request was answered
+
+  bool operator==(const SettleRecord&) const = default;
+};
+
+struct StoredState {
+  DdsCheckpoint dds;
+  std::vector<SettleRecord> settled;  // one per rank at most
+};
+
+class DdsStore {
+ public:
+  virtual ~DdsStore() = default;
+  // The state written last (validated like a checkpoint: InvalidArgument
+  // naming the store and the problem), or nullopt when the store is empty.
+  virtual std::optional<StoredState> load() = 0;
+  // One durable transaction: once it returns, the changes survive a kill of
+  // this process (and, with the default synchronous setting, of the machine);
+  // when it throws, none of them was written.
+  virtual void write(const Dataset& dataset, const DdsOptions& options, const DdsChanges& changes,
+                     std::span<const SettleRecord> settled) = 0;
+  // What it is, for messages ("SQLite database /path/to/file").
+  virtual std::string describe() const = 0;
+};
+
+}  // namespace antdt::sched

@@ -1,0 +1,369 @@
+// The DDS store in SQLite (scheduler/dds_store_sqlite.hpp, docs/dds.md "Durable state").
+//
+// 64-bit unsigned values are stored as SQLite's signed 64-bit integers with the
+// same bits (ids, positions and counters never reach 2^63; seeds may, and
+// come back unchanged). The database is opened in exclusive locking mode: a
+// second coordinator on the same file is refused at once instead of the two
+// overwriting each other's state; the lock goes with the process (kill -9 too).
+#include "scheduler/dds_store_sqlite.hpp"
+
+#include "core/error.hpp"
+
+#include <sqlite3.h>
+
+#include <utility>
+
+namespace antdt::sched {
+namespace {
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS job (
+  id INTEGER PRIMARY KEY CHECK (id = 1),
+  samples INTEGER NOT NULL, world_size INTEGER NOT NULL, shard_size INTEGER NOT NULL, seed INTEGER NOT NULL,
+  shuffle TEXT NOT NULL, epochs INTEGER NOT NULL, steal_min INTEGER NOT NULL,
+  epoch INTEGER NOT NULL, finished INTEGER NOT NULL, fresh INTEGER NOT NULL, next_shard_id INTEGER NOT NULL,
+  next_lease_id INTEGER NOT NULL, committed INTEGER NOT NULL, done_shards INTEGER NOT NULL,
+  epochs_completed INTEGER NOT NULL, total_committed INTEGER NOT NULL, given_back INTEGER NOT NULL,
+  resplit INTEGER NOT NULL, rank_failures INTEGER NOT NULL, stolen INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS files (idx INTEGER PRIMARY KEY, name TEXT NOT NULL, records INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS shards (id INTEGER PRIMARY KEY, first INTEGER NOT NULL, last INTEGER NOT NULL,
+  cursor INTEGER NOT NULL, owner INTEGER NOT NULL, state INTEGER NOT NULL, attempts INTEGER NOT NULL,
+  pending INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS queue (pos INTEGER PRIMARY KEY, shard INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS ranks (rank INTEGER PRIMARY KEY, active INTEGER NOT NULL, shards_taken INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS leases (id INTEGER PRIMARY KEY, rank INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS pieces (lease INTEGER NOT NULL, idx INTEGER NOT NULL, shard INTEGER NOT NULL,
+  first INTEGER NOT NULL, last INTEGER NOT NULL, PRIMARY KEY (lease, idx));
+CREATE TABLE IF NOT EXISTS settled (rank INTEGER PRIMARY KEY, lease INTEGER NOT NULL, is_commit INTEGER NOT NULL,
+  ok INTEGER NOT NULL);
+)sql";
+
+std::int64_t s64(std::uint64_t v) noexcept { return static_cast<std::int64_t>(v); }
+std::uint64_t u64(sqlite3_stmt* st, int col) noexcept {
+  return static_cast<std::uint64_t>(sqlite3_column_int64(st, col));
+}
+
+// One prepared statement, finalized with its owner.
+class Statement {
+ public:
+  Statement() = default;
+  Statement(sqlite3* db, const char* sql, const std::string& where) {
+    if (sqlite3_prepare_v2(db, sql, -1, &st_, nullptr) != SQLITE_OK)
+      raise<InternalError>(where, ": cannot prepare '", sql, "': ", sqlite3_errmsg(db));
+  }
+  Statement(Statement&& o) noexcept : st_(std::exchange(o.st_, nullptr)) {}
+  Statement& operator=(Statement&& o) noexcept {
+    std::swap(st_, o.st_);
+    return *this;
+  }
+  ~Statement() { sqlite3_finalize(st_); }
+  sqlite3_stmt* get() const noexcept { return st_; }
+
+ private:
+  sqlite3_stmt* st_ = nullptr;
+};
+
+class SqliteDdsStore final : public DdsStore {
+ public:
+  SqliteDdsStore(const std::string& path, SqliteSync sync) : path_(path), where_("SQLite database " + path) {
+    const int rc = sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                                   nullptr);
+    if (rc != SQLITE_OK) {
+      const std::string why = db_ != nullptr ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+      sqlite3_close(db_);
+      raise<ConfigError>("cannot open the ", where_, ": ", why);
+    }
+    try {
+      exec_config("PRAGMA locking_mode = EXCLUSIVE");
+      // The journal mode is persistent in the file; the answer says whether WAL is in force.
+      {
+        Statement mode(db_, "PRAGMA journal_mode = WAL", where_);  // finalized before the transaction below
+        if (sqlite3_step(mode.get()) != SQLITE_ROW ||
+            std::string(reinterpret_cast<const char*>(sqlite3_column_text(mode.get(), 0))) != "wal")
+          raise<ConfigError>("the ", where_, " cannot use write-ahead logging (", sqlite3_errmsg(db_), ")");
+      }
+      exec_config(sync == SqliteSync::full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL");
+      // Takes the exclusive lock now: a second coordinator on this file fails here.
+      exec_config("BEGIN IMMEDIATE");
+      exec_config(kSchema);
+      exec_config("COMMIT");
+    } catch (...) {
+      sqlite3_close(db_);
+      throw;
+    }
+    put_shard_ = Statement(db_, "INSERT OR REPLACE INTO shards VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)", where_);
+    del_shard_ = Statement(db_, "DELETE FROM shards WHERE id = ?1", where_);
+    put_lease_ = Statement(db_, "INSERT OR REPLACE INTO leases VALUES (?1, ?2)", where_);
+    del_lease_ = Statement(db_, "DELETE FROM leases WHERE id = ?1", where_);
+    put_piece_ = Statement(db_, "INSERT OR REPLACE INTO pieces VALUES (?1, ?2, ?3, ?4, ?5)", where_);
+    del_pieces_ = Statement(db_, "DELETE FROM pieces WHERE lease = ?1", where_);
+    put_rank_ = Statement(db_, "INSERT OR REPLACE INTO ranks VALUES (?1, ?2, ?3)", where_);
+    put_queue_ = Statement(db_, "INSERT INTO queue VALUES (?1, ?2)", where_);
+    put_settled_ = Statement(db_, "INSERT OR REPLACE INTO settled VALUES (?1, ?2, ?3, ?4)", where_);
+    put_job_ = Statement(db_,
+                         "INSERT OR REPLACE INTO job VALUES (1, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
+                         "?14, ?15, ?16, ?17, ?18, ?19, ?20)",
+                         where_);
+    put_file_ = Statement(db_, "INSERT INTO files VALUES (?1, ?2, ?3)", where_);
+  }
+
+  ~SqliteDdsStore() override {
+    // Statements first: sqlite3_close refuses while any is alive.
+    for (Statement* st : {&put_shard_, &del_shard_, &put_lease_, &del_lease_, &put_piece_, &del_pieces_, &put_rank_,
+                          &put_queue_, &put_settled_, &put_job_, &put_file_})
+      *st = Statement();
+    sqlite3_close(db_);
+  }
+
+  std::string describe() const override { return where_; }
+
+  std::optional<StoredState> load() override {
+    Statement job(db_, "SELECT * FROM job WHERE id = 1", where_);
+    const int rc = sqlite3_step(job.get());
+    if (rc == SQLITE_DONE) return std::nullopt;
+    if (rc != SQLITE_ROW) fail("reading the job");
+    sqlite3_stmt* j = job.get();
+    std::vector<DataFile> files;
+    each("SELECT name, records FROM files ORDER BY idx", [&](sqlite3_stmt* st) {
+      files.push_back({reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), u64(st, 1)});
+    });
+    DdsOptions options;
+    options.world_size = sqlite3_column_int(j, 2);
+    options.shard_size = u64(j, 3);
+    options.seed = u64(j, 4);
+    const char* shuffle = reinterpret_cast<const char*>(sqlite3_column_text(j, 5));
+    options.epochs = static_cast<std::uint32_t>(u64(j, 6));
+    options.steal_min = u64(j, 7);
+    DdsState s;
+    s.epoch = static_cast<std::uint32_t>(u64(j, 8));
+    s.finished = sqlite3_column_int(j, 9) != 0;
+    s.fresh = u64(j, 10);
+    s.next_shard_id = u64(j, 11);
+    s.next_lease_id = u64(j, 12);
+    s.committed = u64(j, 13);
+    s.done_shards = u64(j, 14);
+    s.epochs_completed = u64(j, 15);
+    s.total_committed = u64(j, 16);
+    s.given_back = u64(j, 17);
+    s.resplit = u64(j, 18);
+    s.rank_failures = u64(j, 19);
+    s.stolen = u64(j, 20);
+    each("SELECT * FROM shards ORDER BY id", [&](sqlite3_stmt* st) {
+      Shard sh;
+      sh.epoch = s.epoch;
+      sh.id = u64(st, 0);
+      sh.begin = u64(st, 1);
+      sh.end = u64(st, 2);
+      sh.cursor = u64(st, 3);
+      sh.owner = sqlite3_column_int(st, 4);
+      sh.state = static_cast<ShardState>(sqlite3_column_int(st, 5));
+      sh.attempts = static_cast<std::uint32_t>(u64(st, 6));
+      sh.pending = u64(st, 7);
+      s.shards.emplace(sh.id, sh);
+    });
+    each("SELECT shard FROM queue ORDER BY pos", [&](sqlite3_stmt* st) { s.queued.push_back(u64(st, 0)); });
+    const auto ranks = static_cast<std::size_t>(options.world_size > 0 ? options.world_size : 0);
+    s.active.assign(ranks, -1);
+    s.shards_taken.assign(ranks, 0);
+    each("SELECT * FROM ranks", [&](sqlite3_stmt* st) {
+      const auto r = static_cast<std::size_t>(sqlite3_column_int64(st, 0));
+      if (r >= ranks) malformed("a rank row beyond the world size");
+      s.active[r] = sqlite3_column_int64(st, 1);
+      s.shards_taken[r] = u64(st, 2);
+    });
+    each("SELECT id, rank FROM leases", [&](sqlite3_stmt* st) {
+      s.leases[u64(st, 0)].rank = sqlite3_column_int(st, 1);
+    });
+    each("SELECT lease, shard, first, last FROM pieces ORDER BY lease, idx", [&](sqlite3_stmt* st) {
+      const auto it = s.leases.find(u64(st, 0));
+      if (it == s.leases.end()) malformed("a lease piece without its lease");
+      it->second.pieces.push_back({u64(st, 1), u64(st, 2), u64(st, 3)});
+    });
+    StoredState out;
+    each("SELECT * FROM settled ORDER BY rank", [&](sqlite3_stmt* st) {
+      out.settled.push_back({sqlite3_column_int(st, 0), u64(st, 1), sqlite3_column_int(st, 2) != 0,
+                             sqlite3_column_int(st, 3) != 0});
+    });
+    // One set of consistency rules for every stored form: the checkpoint
+    // reader's (ranges, ownership, accounting), on the text of this state.
+    try {
+      options.shuffle = parse_shuffle_mode(shuffle == nullptr ? "" : shuffle);
+      Dataset dataset = files.empty() ? Dataset::samples(u64(j, 1)) : Dataset::files(std::move(files));
+      out.dds = parse_checkpoint(checkpoint_text(dataset, options, s), where_);
+    } catch (const InvalidArgument& e) {
+      if (std::string_view(e.what()).starts_with("malformed")) throw;
+      malformed(e.what());
+    }
+    return out;
+  }
+
+  void write(const Dataset& dataset, const DdsOptions& options, const DdsChanges& c,
+             std::span<const SettleRecord> settled) override {
+    if (!c.any && settled.empty()) return;
+    exec("BEGIN IMMEDIATE");
+    try {
+      const DdsState& s = c.state;
+      if (c.everything) {
+        exec("DELETE FROM files; DELETE FROM shards; DELETE FROM queue; DELETE FROM ranks; DELETE FROM leases; "
+             "DELETE FROM pieces");
+        std::int64_t idx = 0;
+        for (const DataFile& f : dataset.files()) {
+          sqlite3_stmt* st = reset(put_file_);
+          sqlite3_bind_int64(st, 1, idx++);
+          sqlite3_bind_text(st, 2, f.name.c_str(), static_cast<int>(f.name.size()), SQLITE_TRANSIENT);
+          sqlite3_bind_int64(st, 3, s64(f.records));
+          run(st);
+        }
+        for (const auto& [id, shard] : s.shards) put_shard(shard);
+        for (const auto& [id, lease] : s.leases) put_lease(id, lease);
+        for (std::size_t r = 0; r < s.active.size(); ++r) put_rank(static_cast<int>(r), s.active[r], s.shards_taken[r]);
+        put_queue(std::vector<std::uint64_t>(s.queued.begin(), s.queued.end()));
+      } else {
+        for (const Shard& shard : c.shards) put_shard(shard);
+        for (const std::uint64_t id : c.shards_gone) {
+          sqlite3_stmt* st = reset(del_shard_);
+          sqlite3_bind_int64(st, 1, s64(id));
+          run(st);
+        }
+        for (const auto& [id, lease] : c.leases) put_lease(id, lease);
+        for (const std::uint64_t id : c.leases_gone) {
+          for (Statement* del : {&del_lease_, &del_pieces_}) {
+            sqlite3_stmt* st = reset(*del);
+            sqlite3_bind_int64(st, 1, s64(id));
+            run(st);
+          }
+        }
+        for (const auto& slot : c.ranks) put_rank(slot.rank, slot.active, slot.shards_taken);
+        if (c.queue_changed) {
+          exec("DELETE FROM queue");
+          put_queue(c.queue);
+        }
+      }
+      if (c.any) {
+        sqlite3_stmt* st = reset(put_job_);
+        sqlite3_bind_int64(st, 1, s64(dataset.size()));
+        sqlite3_bind_int64(st, 2, options.world_size);
+        sqlite3_bind_int64(st, 3, s64(options.shard_size));
+        sqlite3_bind_int64(st, 4, s64(options.seed));
+        const std::string shuffle(to_string(options.shuffle));
+        sqlite3_bind_text(st, 5, shuffle.c_str(), static_cast<int>(shuffle.size()), SQLITE_TRANSIENT);
+        sqlite3_bind_int64(st, 6, options.epochs);
+        sqlite3_bind_int64(st, 7, s64(options.steal_min));
+        const std::uint64_t scalars[] = {s.epoch,          s.finished ? 1u : 0u, s.fresh,           s.next_shard_id,
+                                         s.next_lease_id,  s.committed,          s.done_shards,     s.epochs_completed,
+                                         s.total_committed, s.given_back,        s.resplit,         s.rank_failures,
+                                         s.stolen};
+        int col = 8;
+        for (const std::uint64_t v : scalars) sqlite3_bind_int64(st, col++, s64(v));
+        run(st);
+      }
+      for (const SettleRecord& r : settled) {
+        sqlite3_stmt* st = reset(put_settled_);
+        sqlite3_bind_int64(st, 1, r.rank);
+        sqlite3_bind_int64(st, 2, s64(r.lease));
+        sqlite3_bind_int(st, 3, r.commit ? 1 : 0);
+        sqlite3_bind_int(st, 4, r.ok ? 1 : 0);
+        run(st);
+      }
+      exec("COMMIT");
+    } catch (...) {
+      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+      throw;
+    }
+  }
+
+ private:
+  [[noreturn]] void fail(const char* what) const {
+    raise<InternalError>(where_, ": ", what, ": ", sqlite3_errmsg(db_));
+  }
+  [[noreturn]] void malformed(const char* what) const {
+    raise<InvalidArgument>("malformed DDS state in the ", where_, ": ", what);
+  }
+  void exec(const char* sql) {
+    char* error = nullptr;
+    if (sqlite3_exec(db_, sql, nullptr, nullptr, &error) != SQLITE_OK) {
+      const std::string why = error != nullptr ? error : sqlite3_errmsg(db_);
+      sqlite3_free(error);
+      raise<InternalError>(where_, ": '", sql, "' failed: ", why);
+    }
+  }
+  void exec_config(const char* sql) {
+    char* error = nullptr;
+    if (sqlite3_exec(db_, sql, nullptr, nullptr, &error) != SQLITE_OK) {
+      std::string why = error != nullptr ? error : sqlite3_errmsg(db_);
+      sqlite3_free(error);
+      if (why.find("locked") != std::string::npos) why += " (another coordinator has it open?)";
+      raise<ConfigError>("cannot use the ", where_, ": ", why);
+    }
+  }
+  template <typename Row>
+  void each(const char* sql, Row&& row) {
+    Statement st(db_, sql, where_);
+    for (;;) {
+      const int rc = sqlite3_step(st.get());
+      if (rc == SQLITE_DONE) return;
+      if (rc != SQLITE_ROW) fail(sql);
+      row(st.get());
+    }
+  }
+  static sqlite3_stmt* reset(Statement& s) {
+    sqlite3_reset(s.get());
+    sqlite3_clear_bindings(s.get());
+    return s.get();
+  }
+  void run(sqlite3_stmt* st) {
+    if (sqlite3_step(st) != SQLITE_DONE) fail(sqlite3_sql(st));
+  }
+  void put_shard(const Shard& sh) {
+    sqlite3_stmt* st = reset(put_shard_);
+    const std::int64_t v[] = {s64(sh.id),     s64(sh.begin), s64(sh.end),      s64(sh.cursor),
+                              sh.owner,       static_cast<std::int64_t>(sh.state), sh.attempts, s64(sh.pending)};
+    for (int i = 0; i < 8; ++i) sqlite3_bind_int64(st, i + 1, v[i]);
+    run(st);
+  }
+  void put_lease(std::uint64_t id, const LeaseRecord& lease) {
+    sqlite3_stmt* st = reset(put_lease_);
+    sqlite3_bind_int64(st, 1, s64(id));
+    sqlite3_bind_int64(st, 2, lease.rank);
+    run(st);
+    st = reset(del_pieces_);
+    sqlite3_bind_int64(st, 1, s64(id));
+    run(st);
+    std::int64_t idx = 0;
+    for (const auto& p : lease.pieces) {
+      st = reset(put_piece_);
+      const std::int64_t v[] = {s64(id), idx++, s64(p.shard), s64(p.begin), s64(p.end)};
+      for (int i = 0; i < 5; ++i) sqlite3_bind_int64(st, i + 1, v[i]);
+      run(st);
+    }
+  }
+  void put_rank(int rank, std::int64_t active, std::uint64_t taken) {
+    sqlite3_stmt* st = reset(put_rank_);
+    sqlite3_bind_int64(st, 1, rank);
+    sqlite3_bind_int64(st, 2, active);
+    sqlite3_bind_int64(st, 3, s64(taken));
+    run(st);
+  }
+  void put_queue(const std::vector<std::uint64_t>& queue) {
+    std::int64_t pos = 0;
+    for (const std::uint64_t id : queue) {
+      sqlite3_stmt* st = reset(put_queue_);
+      sqlite3_bind_int64(st, 1, pos++);
+      sqlite3_bind_int64(st, 2, s64(id));
+      run(st);
+    }
+  }
+
+  std::string path_, where_;
+  sqlite3* db_ = nullptr;
+  Statement put_shard_, del_shard_, put_lease_, del_lease_, put_piece_, del_pieces_, put_rank_, put_queue_,
+      put_settled_, put_job_, put_file_;
+};
+
+}  // namespace
+
+std::unique_ptr<DdsStore> open_sqlite_store(const std::string& path, SqliteSync sync) {
+  return std::make_unique<SqliteDdsStore>(path, sync);
+}
+
+}  // namespace antdt::sched

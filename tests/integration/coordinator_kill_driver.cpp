@@ -1,0 +1,185 @@
+// kill -9 of antdt-coordinator during a 4-rank Agent job (docs/dds.md,
+// "Durable state"): the coordinator keeps the data-sharding state in SQLite
+// (--db) and is killed at random moments and started again on the same
+// address and database; the ranks ride through (they reconnect). Checked from
+// the ranks' logs with a bitmap of sample ids: every sample committed exactly
+// once (0 duplicated, 0 lost), the replicas equal, antdt-run and the last
+// coordinator exit 0.
+//
+// Usage: antdt_coordinator_kill_driver <antdt-run> <antdt-coordinator> <agent_trainer> <scenario> [options]
+//   kills  [--kills K] [--seed S] [--dataset N]   K kills -9 (default 4) at random moments
+//   gone   every rank is killed (kill -9 of antdt-run, whose ranks die with it): the
+//          coordinator exits by itself, non-zero, once ANTDT_COORDINATOR_GRACE_S is over
+#include "agent_driver_common.hpp"
+
+#include <random>
+
+using namespace agent_test;
+
+namespace {
+
+const std::string kSecret = "00112233445566778899aabbccddeeff";
+constexpr int kWorld = 4;
+
+struct Paths {
+  std::string run, coordinator, trainer;
+};
+
+struct Counts {
+  std::vector<int> commits;  // per sample id
+  std::uint64_t voided = 0;
+  std::uint64_t batches = 0;
+};
+
+Counts read_counts(const std::string& dir, std::uint64_t dataset) {
+  Counts c;
+  c.commits.assign(dataset, 0);
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".log") continue;
+    for (const auto& line : read_lines(entry.path().string())) {
+      std::istringstream in(line);
+      std::string word;
+      std::uint64_t step = 0;
+      in >> word >> step;
+      if (word == "commit") {
+        ++c.batches;
+        for (std::uint64_t id; in >> id;) {
+          if (id < dataset) ++c.commits[id];
+        }
+      } else if (word == "void") {
+        std::uint64_t n = 0;
+        in >> n;
+        c.voided += n;
+      }
+    }
+  }
+  return c;
+}
+
+pid_t start_coordinator(const Paths& p, int port, std::uint64_t n, const std::string& db, double grace_s) {
+  return spawn({p.coordinator, "--listen", "127.0.0.1:" + std::to_string(port), "-n", std::to_string(kWorld),
+                "--dataset-size", std::to_string(n), "--global-batch", "40", "--shard-size", "40", "--db", db,
+                "--grace-s", std::to_string(grace_s)},
+               {"ANTDT_SECRET=" + kSecret, "ANTDT_TIMEOUT_MS=30000"});
+}
+
+pid_t start_job(const Paths& p, int port, std::uint64_t n, const std::string& dir) {
+  return spawn({p.run, "-n", std::to_string(kWorld), "--", p.trainer, "train", "--out", dir, "--dataset",
+                std::to_string(n), "--global-batch", "40", "--shard-size", "40", "--step-ms", "2"},
+               {"ANTDT_TIMEOUT_MS=30000", "ANTDT_SECRET=" + kSecret, "ANTDT_COORDINATOR=127.0.0.1:" + std::to_string(port)});
+}
+
+bool exited(pid_t pid, int* code) {
+  int status = 0;
+  if (::waitpid(pid, &status, WNOHANG) != pid) return false;
+  *code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return true;
+}
+
+void kills(const Paths& p, int wanted, std::uint64_t seed, std::uint64_t n) {
+  const std::string dir = make_temp_dir("coordinator-kill");
+  const std::string db = dir + "/coordinator.db";
+  const int port = free_port();
+  std::mt19937_64 random(seed);
+  pid_t coordinator = start_coordinator(p, port, n, db, 60);
+  const pid_t job = start_job(p, port, n, dir);
+  int done = 0, job_code = -1;
+  bool job_over = false;
+  const auto start = Clock::now();
+  while (done < wanted && !job_over) {
+    // A random moment: 50..400 ms after the (re)start, so that some kills land
+    // before the ranks are back and most while commits are in flight.
+    const auto wait = std::chrono::milliseconds(50 + random() % 351);
+    const auto until = Clock::now() + wait;
+    while (Clock::now() < until && !(job_over = exited(job, &job_code)))
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (job_over) break;
+    ::kill(coordinator, SIGKILL);
+    ::waitpid(coordinator, nullptr, 0);
+    ++done;
+    coordinator = start_coordinator(p, port, n, db, 60);
+  }
+  const double killing_s = std::chrono::duration<double>(Clock::now() - start).count();
+  std::optional<Ended> ended;
+  if (!job_over) ended = wait_for(job, std::chrono::seconds(150));
+  else ended = Ended{true, job_code, 0};
+  check(done == wanted, "killed the coordinator " + std::to_string(done) + " of " + std::to_string(wanted) +
+                            " times before the job ended (a larger --dataset gives room for more)");
+  check(ended && ended->code == 0, "antdt-run finished with exit code 0" +
+                                       (ended ? " (got " + std::to_string(ended->code) + ")" : std::string(" (killed)")));
+  const auto last = wait_for(coordinator, std::chrono::seconds(30));
+  check(last && last->code == 0, "the last antdt-coordinator exited 0 (the job completed)" +
+                                     (last ? " (got " + std::to_string(last->code) + ")" : std::string(" (killed)")));
+  const Counts c = read_counts(dir, n);
+  std::uint64_t duplicated = 0, lost = 0;
+  for (const int k : c.commits) {
+    duplicated += k > 1 ? 1 : 0;
+    lost += k == 0 ? 1 : 0;
+  }
+  std::printf("kills %d in %.1f s, dataset %llu: %llu committed batches, duplicated %llu, lost %llu, "
+              "voided (trained again) %llu samples\n",
+              done, killing_s, static_cast<unsigned long long>(n), static_cast<unsigned long long>(c.batches),
+              static_cast<unsigned long long>(duplicated), static_cast<unsigned long long>(lost),
+              static_cast<unsigned long long>(c.voided));
+  check(duplicated == 0, "no sample committed twice (" + std::to_string(duplicated) + " were)");
+  check(lost == 0, "no sample left uncommitted (" + std::to_string(lost) + " were)");
+  const auto total = read_lines(dir + "/total.txt");
+  check(total.size() == 1 && total[0].ends_with(" 1"), "every rank ends with the same model");
+  if (failures == 0) std::filesystem::remove_all(dir);
+  else std::printf("logs kept in %s\n", dir.c_str());
+}
+
+void gone(const Paths& p) {
+  const std::string dir = make_temp_dir("coordinator-gone");
+  const std::uint64_t n = 200000;  // far more than the job gets through before it is killed
+  const int port = free_port();
+  const double grace_s = 1.0;
+  const pid_t coordinator = start_coordinator(p, port, n, dir + "/coordinator.db", grace_s);
+  const pid_t job = start_job(p, port, n, dir);
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (Clock::now() < deadline && read_counts(dir, n).batches < 20)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ::kill(job, SIGKILL);  // its ranks die with it (PR_SET_PDEATHSIG): none says bye
+  ::waitpid(job, nullptr, 0);
+  const auto killed = Clock::now();
+  const auto ended = wait_for(coordinator, std::chrono::seconds(30));
+  const double after = std::chrono::duration<double>(Clock::now() - killed).count();
+  check(ended.has_value(), "antdt-coordinator exited by itself once every rank was gone");
+  check(ended && ended->code == 4, "its exit code says the job did not complete (4; got " +
+                                       (ended ? std::to_string(ended->code) : std::string("none")) + ")");
+  check(ended && after >= grace_s && after < grace_s + 10,
+        "it waited the grace period first (" + std::to_string(after) + " s after the kill, grace " +
+            std::to_string(grace_s) + " s)");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 5) {
+    std::fprintf(stderr, "usage: %s <antdt-run> <antdt-coordinator> <agent_trainer> kills|gone [--kills K] [--seed S] "
+                 "[--dataset N]\n", argv[0]);
+    return 2;
+  }
+  const Paths paths{argv[1], argv[2], argv[3]};
+  const std::string scenario = argv[4];
+  int wanted = 4;
+  std::uint64_t seed = 1, dataset = 0;
+  for (int i = 5; i + 1 < argc; i += 2) {
+    const std::string key = argv[i];
+    if (key == "--kills") wanted = std::stoi(argv[i + 1]);
+    else if (key == "--seed") seed = std::stoull(argv[i + 1]);
+    else if (key == "--dataset") dataset = std::stoull(argv[i + 1]);
+  }
+  if (dataset == 0) dataset = 2000 + 1200 * static_cast<std::uint64_t>(wanted);
+  if (scenario == "kills")
+    kills(paths, wanted, seed, dataset);
+  else if (scenario == "gone")
+    gone(paths);
+  else {
+    std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
+    return 2;
+  }
+  std::printf("%s\n", failures == 0 ? "PASS" : "FAIL");
+  return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,311 @@
+// The DDS state in SQLite (scheduler/dds_store_sqlite.hpp, docs/dds.md
+// "Durable state"): the rows a Dds reports as changed rebuild exactly its
+// state; a writer SIGKILLed mid-stream loses no acknowledged commit and the
+// job finished from the database serves nothing twice and loses nothing; the
+// coordinator answers a settle sent again after a crash as the first time;
+// a second writer on the same database and an unwritable path are refused.
+#include "core/error.hpp"
+#include "scheduler/coordinator/service.hpp"
+#include "scheduler/dds.hpp"
+#include "scheduler/dds_checkpoint.hpp"
+#include "scheduler/dds_store_sqlite.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace antdt::sched {
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "antdt-store-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+void write(DdsStore& store, Dds& dds) { store.write(dds.dataset(), dds.options(), dds.take_changes(), {}); }
+
+std::string stored_text(DdsStore& store) {
+  auto stored = store.load();
+  if (!stored) return "(empty)";
+  return checkpoint_text(stored->dds.dataset, stored->dds.options, stored->dds.state);
+}
+
+// Random operations of 6 ranks over two epochs; after each batch of 1..4
+// operations the changes go to the store, and what it reads back is the Dds's
+// state, byte for byte in checkpoint form.
+TEST(DdsStore, ChangedRowsRebuildTheState) {
+  for (const std::uint64_t steal : {0ull, 3ull}) {
+    TempDir dir;
+    auto store = open_sqlite_store(dir.file("dds.db"), SqliteSync::normal);
+    EXPECT_FALSE(store->load().has_value());
+    DdsOptions o;
+    o.world_size = 6;
+    o.shard_size = 16;
+    o.seed = 5;
+    o.epochs = 2;
+    o.steal_min = steal;
+    Dds dds(Dataset::samples(500), o);
+    std::mt19937_64 random(42 + steal);
+    std::vector<std::pair<int, std::uint64_t>> open;
+    int ops = 0;
+    while (!dds.progress().finished && ops < 20000) {
+      const int batch = 1 + static_cast<int>(random() % 4);
+      for (int i = 0; i < batch; ++i, ++ops) {
+        const auto pick = random() % 100;
+        const int rank = static_cast<int>(random() % 6);
+        if (pick < 45 || open.empty()) {
+          Batch b = dds.fetch(rank, 1 + random() % 12);
+          if (b.lease != 0) open.emplace_back(rank, b.lease);
+        } else if (pick < 85) {
+          const auto at = random() % open.size();
+          EXPECT_TRUE(dds.commit(open[at].second));
+          open.erase(open.begin() + static_cast<std::ptrdiff_t>(at));
+        } else if (pick < 93) {
+          const auto at = random() % open.size();
+          EXPECT_TRUE(dds.give_back(open[at].second));
+          open.erase(open.begin() + static_cast<std::ptrdiff_t>(at));
+        } else if (pick < 97) {
+          dds.resplit(rank, random() % 3);
+        } else {
+          dds.rank_failed(rank);
+          std::erase_if(open, [&](const auto& l) { return l.first == rank; });
+        }
+      }
+      write(*store, dds);
+      ASSERT_EQ(stored_text(*store), dds.serialize()) << "after " << ops << " operations (steal_min " << steal << ")";
+    }
+    EXPECT_TRUE(dds.progress().finished);
+  }
+}
+
+// The positions of the stored epoch that are committed: cut, not in a live
+// shard's unhanded range, not in an open lease.
+std::set<std::uint64_t> committed_samples(const DdsCheckpoint& c, const Dds& order) {
+  std::set<std::uint64_t> out;
+  std::vector<bool> pending(c.state.fresh, false);
+  for (const auto& [id, shard] : c.state.shards)
+    for (std::uint64_t p = shard.cursor; p < shard.end; ++p) pending[p] = true;
+  for (const auto& [id, lease] : c.state.leases)
+    for (const auto& piece : lease.pieces)
+      for (std::uint64_t p = piece.begin; p < piece.end; ++p) pending[p] = true;
+  for (std::uint64_t p = 0; p < c.state.fresh; ++p)
+    if (!pending[p]) out.insert(order.sample_at(c.state.epoch, p));
+  return out;
+}
+
+// A child process commits batches as fast as it can, one transaction each
+// (synchronous = FULL), and acknowledges each batch's ids on a pipe only after
+// the write returned; it is SIGKILLed mid-stream. Reopened: every acknowledged
+// id is committed; the job finished from the database hands out exactly the
+// ids not committed yet, each once.
+TEST(DdsStore, SigkillMidStreamLosesAndRepeatsNothing) {
+  for (int round = 0; round < 3; ++round) {
+    TempDir dir;
+    const std::string path = dir.file("dds.db");
+    const std::uint64_t n = 200000;
+    DdsOptions o;
+    o.world_size = 4;
+    o.shard_size = 64;
+    o.seed = 3 + static_cast<std::uint64_t>(round);
+    o.epochs = 1;
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      ::close(fds[0]);
+      try {
+        auto store = open_sqlite_store(path, SqliteSync::full);
+        Dds dds(Dataset::samples(n), o);
+        write(*store, dds);
+        std::uint64_t open_lease = 0;
+        for (int step = 0;; ++step) {
+          const int rank = step % 4;
+          Batch b = dds.fetch(rank, 7);
+          if (b.lease == 0) break;
+          // One lease stays open across each write: open leases must come back, not count.
+          if (open_lease != 0) dds.commit(open_lease);
+          open_lease = 0;
+          if (step % 3 == 0) {
+            open_lease = b.lease;
+            write(*store, dds);
+            continue;
+          }
+          dds.commit(b.lease);
+          write(*store, dds);
+          for (const std::uint64_t id : b.samples)
+            if (::write(fds[1], &id, sizeof id) != sizeof id) ::_exit(3);
+        }
+      } catch (...) {
+        ::_exit(2);
+      }
+      ::_exit(0);
+    }
+    ::close(fds[1]);
+    std::vector<std::uint64_t> acked;
+    const std::size_t kill_after = 2000 + 1500 * static_cast<std::size_t>(round);
+    std::uint64_t id = 0;
+    while (acked.size() < kill_after && ::read(fds[0], &id, sizeof id) == sizeof id) acked.push_back(id);
+    ::kill(child, SIGKILL);
+    while (::read(fds[0], &id, sizeof id) == sizeof id) acked.push_back(id);  // written before the kill
+    ::close(fds[0]);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "the writer ended before it was killed (status " << status << ")";
+    ASSERT_GE(acked.size(), kill_after);
+
+    auto store = open_sqlite_store(path, SqliteSync::full);
+    auto stored = store->load();
+    ASSERT_TRUE(stored.has_value());
+    Dds order(Dataset::samples(n), o);
+    const std::set<std::uint64_t> committed = committed_samples(stored->dds, order);
+    std::size_t missing = 0;
+    for (const std::uint64_t a : acked) missing += committed.count(a) == 0 ? 1 : 0;
+    EXPECT_EQ(missing, 0u) << "acknowledged ids not in the database (round " << round << ")";
+    EXPECT_EQ(committed.size(), stored->dds.state.committed);
+
+    auto resumed = Dds::resume(std::move(stored->dds));
+    std::vector<int> count(n, 0);
+    for (const std::uint64_t c : committed) ++count[c];
+    for (int step = 0; !resumed->progress().finished; ++step) {
+      Batch b = resumed->fetch(step % 4, 500);
+      ASSERT_NE(b.lease, 0u);
+      for (const std::uint64_t s : b.samples) ++count[s];
+      ASSERT_TRUE(resumed->commit(b.lease));
+    }
+    std::size_t wrong = 0;
+    for (const int c : count) wrong += c != 1 ? 1 : 0;
+    EXPECT_EQ(wrong, 0u) << "ids served twice or never (round " << round << ")";
+  }
+}
+
+TEST(DdsStore, ASecondWriterIsRefused) {
+  TempDir dir;
+  auto first = open_sqlite_store(dir.file("dds.db"));
+  try {
+    open_sqlite_store(dir.file("dds.db"));
+    FAIL() << "a second store opened the same database";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("locked"), std::string::npos) << e.what();
+  }
+}
+
+TEST(DdsStore, NotADatabaseIsAConfigError) {
+  TempDir dir;
+  { std::ofstream(dir.file("junk.db")) << "this is no SQLite database, only some text long enough to have a header.......\n"; }
+  EXPECT_THROW(open_sqlite_store(dir.file("junk.db")), ConfigError);
+}
+
+// The coordinator over a database: a process that commits and then dies
+// without any cleanup (_exit: no destructor, like kill -9); the next one on
+// the same database has the commit, gives the open lease back, and answers
+// the resent commit as the first time.
+TEST(DdsStore, CoordinatorResumesAndAnswersAResentCommit) {
+  TempDir dir;
+  coord::CoordinatorOptions o;
+  o.world_size = 2;
+  o.dataset_size = 100;
+  o.dds.shard_size = 10;
+  o.dds.epochs = 1;
+  o.global_batch = 10;
+  o.policy = "bsp";
+  o.database_path = dir.file("coordinator.db");
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(fds[0]);
+    try {
+      auto* c = new coord::Coordinator(o);  // never destroyed: the process dies as if killed
+      c->hello(0, 0, 0);
+      const auto first = c->fetch(0, 5);
+      const bool ok = c->commit(0, first.lease);
+      const auto second = c->fetch(0, 5);
+      c->sync();
+      const std::uint64_t out[3] = {first.lease, ok ? 1u : 0u, second.lease};
+      if (::write(fds[1], out, sizeof out) != sizeof out) ::_exit(3);
+    } catch (...) {
+      ::_exit(2);
+    }
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::uint64_t got[3] = {0, 0, 0};
+  ASSERT_EQ(::read(fds[0], got, sizeof got), static_cast<ssize_t>(sizeof got));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ASSERT_EQ(got[1], 1u);
+
+  coord::Coordinator c(o);
+  EXPECT_EQ(c.progress().total_committed, 5u);
+  EXPECT_EQ(c.progress().open_leases, 0u);  // the second lease went back
+  EXPECT_EQ(c.progress().given_back_samples, 5u);
+  ASSERT_TRUE(c.hello(0, 0, 0, true).accepted);
+  EXPECT_TRUE(c.commit(0, got[0]));    // sent again: the first answer
+  EXPECT_FALSE(c.give_back(0, got[0]));  // not what was settled
+  EXPECT_FALSE(c.commit(1, got[0]));   // not this rank's
+  EXPECT_FALSE(c.commit(0, got[2]));   // returned at the restart: served again, not committed
+  EXPECT_EQ(c.progress().total_committed, 5u);
+}
+
+TEST(DdsStore, UnwritableDatabaseIsAStartupError) {
+  coord::CoordinatorOptions o;
+  o.world_size = 1;
+  o.dataset_size = 10;
+  o.policy = "bsp";
+  o.database_path = "/nonexistent/dir/coordinator.db";
+  try {
+    coord::Coordinator c(o);
+    FAIL() << "accepted a database in a missing directory";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("ANTDT_COORDINATOR_DB"), std::string::npos) << e.what();
+  }
+}
+
+TEST(DdsStore, CompletionAndGraceClock) {
+  coord::CoordinatorOptions o;
+  o.world_size = 2;
+  o.dataset_size = 4;
+  o.dds.shard_size = 2;
+  o.dds.epochs = 1;
+  o.policy = "bsp";
+  coord::Coordinator c(o);
+  EXPECT_FALSE(c.all_gone_for().has_value());  // nobody came yet: no clock
+  ASSERT_TRUE(c.hello(0, 0, 0).accepted);
+  ASSERT_TRUE(c.hello(1, 0, 0).accepted);
+  c.lost(1);
+  EXPECT_FALSE(c.all_gone_for().has_value());  // rank 0 is still there
+  const auto b = c.fetch(0, 4);
+  ASSERT_TRUE(c.commit(0, b.lease));
+  c.bye(0, false);
+  ASSERT_TRUE(c.all_gone_for().has_value());   // rank 1 never said bye: the job is not over
+  EXPECT_FALSE(c.job_complete());
+  ASSERT_TRUE(c.hello(1, 0, 0, true).accepted);
+  EXPECT_FALSE(c.all_gone_for().has_value());
+  c.bye(1, false);
+  EXPECT_TRUE(c.job_complete());               // data consumed, every rank said bye
+}
+
+}  // namespace
+}  // namespace antdt::sched
