@@ -47,6 +47,7 @@ std::uint64_t u64(sqlite3_stmt* st, int col) noexcept {
 class Statement {
  public:
   Statement() = default;
+  explicit Statement(sqlite3_stmt* prepared) noexcept : st_(prepared) {}
   Statement(sqlite3* db, const char* sql, const std::string& where) {
     if (sqlite3_prepare_v2(db, sql, -1, &st_, nullptr) != SQLITE_OK)
       raise<InternalError>(where, ": cannot prepare '", sql, "': ", sqlite3_errmsg(db));
@@ -77,7 +78,14 @@ class SqliteDdsStore final : public DdsStore {
       exec_config("PRAGMA locking_mode = EXCLUSIVE");
       // The journal mode is persistent in the file; the answer says whether WAL is in force.
       {
-        Statement mode(db_, "PRAGMA journal_mode = WAL", where_);  // finalized before the transaction below
+        // The first statement that reads the file: a file that is no database,
+        // or one another coordinator holds (locked), fails here: the path's fault.
+        sqlite3_stmt* raw = nullptr;
+        if (sqlite3_prepare_v2(db_, "PRAGMA journal_mode = WAL", -1, &raw, nullptr) != SQLITE_OK) {
+          sqlite3_finalize(raw);
+          raise<ConfigError>("cannot use the ", where_, ": ", sqlite3_errmsg(db_));
+        }
+        Statement mode(raw);  // finalized before the transaction below
         if (sqlite3_step(mode.get()) != SQLITE_ROW ||
             std::string(reinterpret_cast<const char*>(sqlite3_column_text(mode.get(), 0))) != "wal")
           raise<ConfigError>("the ", where_, " cannot use write-ahead logging (", sqlite3_errmsg(db_), ")");
