@@ -35,7 +35,11 @@ if [[ -z "${CUDACXX:-}" && -x /usr/local/cuda/bin/nvcc ]]; then
 fi
 cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 if [[ "${1:-}" != "--synthetic" ]]; then
-  cmake --build "$build" -j "$(nproc)" --target antdt-run antdt_python
+  targets=(antdt-run antdt_python)
+  # The torch.distributed backend "antdt" (built when Torch is found): without
+  # it the antdt runs would fall back to gloo for DDP's own process group.
+  if cmake --build "$build" --target help | grep -q '^antdt_torch_ext:'; then targets+=(antdt_torch_ext); fi
+  cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
   exec "$repo/tools/fashion_mnist_demo.sh" --build "$build" "$@"
 fi
 cmake --build "$build" -j "$(nproc)" --target antdt_straggler_perf antdt_allreduce_perf antdt_policy_perf antdt-run

@@ -383,19 +383,19 @@ def main():
 
 
 # DDP's process group in --mode antdt (the hook's exchange never uses it; DDP itself
-# broadcasts the model through it). "auto": the antdt backend when `import antdt.torch`
-# registers it, else gloo. The one line to change to pin a backend.
-ANTDT_MODE_BACKEND = "auto"
+# broadcasts the model through it): the antdt backend ("gloo" pins gloo instead).
+ANTDT_MODE_BACKEND = "antdt"
 
 
 def antdt_mode_backend():
-    if ANTDT_MODE_BACKEND != "auto":
+    if ANTDT_MODE_BACKEND != "antdt":
         return ANTDT_MODE_BACKEND
     try:
-        import antdt.torch  # noqa: F401  (registers the backend "antdt" where it is built)
-    except ImportError:
-        return "gloo"
-    return "antdt" if hasattr(dist.Backend, "ANTDT") else "gloo"
+        import antdt.torch  # noqa: F401  (registers the backend "antdt")
+    except ImportError as e:
+        raise SystemExit("train_fashion_mnist: --mode antdt needs the torch.distributed backend antdt.torch "
+                         f"(built with the project when Torch is found; PYTHONPATH=<build>/python): {e}")
+    return "antdt"
 
 
 if __name__ == "__main__":
