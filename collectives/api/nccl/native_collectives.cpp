@@ -151,6 +151,20 @@ ncclResult_t resolve(ncclComm_t comm, const char* what, ncclRedOp_t op, ncclData
   return ncclSuccess;
 }
 
+// The checks every reduction starts with: a usable comm, a dtype antdt has, an op.
+ncclResult_t check_reduction(ncclComm_t comm, const char* what, ncclDataType_t datatype, ncclRedOp_t op, DataType& dt,
+                             Reduction& red) {
+  if (ncclResult_t r = usable(comm, what); r != ncclSuccess) return r;
+  if (!to_dtype(comm, datatype, dt)) return ncclInvalidArgument;
+  return resolve(comm, what, op, datatype, red);
+}
+
+// The PreMulSum scratch a call keeps alive until it ran (grouped calls run
+// later); none for the other ops, so a plain call allocates nothing.
+std::shared_ptr<std::vector<std::byte>> premul_scratch(const Reduction& red) {
+  return red.premul ? std::make_shared<std::vector<std::byte>>() : nullptr;
+}
+
 // The send buffer a reduction reads: scratch = scalar * send for PreMulSum.
 const void* premultiplied(const Reduction& red, const void* send, size_t count, ncclDataType_t dtype,
                           const std::shared_ptr<std::vector<std::byte>>& scratch) {
@@ -204,11 +218,9 @@ ncclResult_t AllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclD
   constexpr const char* what = "ncclAllReduce";
   DataType dt;
   Reduction red;
-  if (ncclResult_t r = usable(comm, what); r != ncclSuccess) return r;
-  if (!to_dtype(comm, datatype, dt)) return ncclInvalidArgument;
-  if (ncclResult_t r = resolve(comm, what, op, datatype, red); r != ncclSuccess) return r;
+  if (ncclResult_t r = check_reduction(comm, what, datatype, op, dt, red); r != ncclSuccess) return r;
   if (ncclResult_t r = check_buffers(comm, what, sendbuff, recvbuff, count); r != ncclSuccess) return r;
-  auto scratch = std::make_shared<std::vector<std::byte>>();
+  auto scratch = premul_scratch(red);
   if (group_depth() == 0 && shim_options().partial) {
     // A partial AllReduce (docs/nccl.md#antdt_nccl_latedefer): with defer no rank waits
     // for a laggard; with wait it is BSP, and its step records reach the arbiter's
@@ -265,13 +277,11 @@ ncclResult_t Reduce(const void* sendbuff, void* recvbuff, size_t count, ncclData
   constexpr const char* what = "ncclReduce";
   DataType dt;
   Reduction red;
-  if (ncclResult_t r = usable(comm, what); r != ncclSuccess) return r;
-  if (!to_dtype(comm, datatype, dt)) return ncclInvalidArgument;
-  if (ncclResult_t r = resolve(comm, what, op, datatype, red); r != ncclSuccess) return r;
+  if (ncclResult_t r = check_reduction(comm, what, datatype, op, dt, red); r != ncclSuccess) return r;
   if (ncclResult_t r = check_root(comm, what, root); r != ncclSuccess) return r;
   if (ncclResult_t r = check_buffers(comm, what, sendbuff, recvbuff, count, true, comm->rank == root); r != ncclSuccess)
     return r;
-  auto scratch = std::make_shared<std::vector<std::byte>>();
+  auto scratch = premul_scratch(red);
   return run_or_record(comm, what, [=](antdt::Communicator& c) {
     const void* send = premultiplied(red, sendbuff, count, datatype, scratch);
     if (stream != nullptr && group_depth() == 0) c.reduce(send, recvbuff, count, dt, red.op, root, stream_of(stream));
@@ -284,11 +294,9 @@ ncclResult_t ReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcoun
   constexpr const char* what = "ncclReduceScatter";
   DataType dt;
   Reduction red;
-  if (ncclResult_t r = usable(comm, what); r != ncclSuccess) return r;
-  if (!to_dtype(comm, datatype, dt)) return ncclInvalidArgument;
-  if (ncclResult_t r = resolve(comm, what, op, datatype, red); r != ncclSuccess) return r;
+  if (ncclResult_t r = check_reduction(comm, what, datatype, op, dt, red); r != ncclSuccess) return r;
   if (ncclResult_t r = check_buffers(comm, what, sendbuff, recvbuff, recvcount); r != ncclSuccess) return r;
-  auto scratch = std::make_shared<std::vector<std::byte>>();
+  auto scratch = premul_scratch(red);
   const size_t total = recvcount * static_cast<size_t>(comm->nranks);
   return run_or_record(comm, what, [=](antdt::Communicator& c) {
     const void* send = premultiplied(red, sendbuff, total, datatype, scratch);
