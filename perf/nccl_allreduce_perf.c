@@ -56,8 +56,16 @@ static ncclUniqueId exchange_id(const char* path) {
   exit(2);
 }
 
-static void spin(double seconds) {
-  for (double t0 = now_s(); now_s() - t0 < seconds;) {
+/* The compute phase is a timed wait, as in antdt_straggler_perf: the real compute
+ * runs on a GPU, and with more ranks than cores a busy loop would take the CPU the
+ * other ranks' transfers need, so the policies would be compared on contention. */
+static void compute_for(double seconds) {
+  struct timespec until;
+  clock_gettime(CLOCK_MONOTONIC, &until);
+  long long ns = (long long)until.tv_nsec + (long long)(seconds * 1e9);
+  until.tv_sec += (time_t)(ns / 1000000000LL);
+  until.tv_nsec = (long)(ns % 1000000000LL);
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) != 0) {
   }
 }
 
@@ -100,7 +108,7 @@ int main(int argc, char** argv) {
   OK(ncclCommInitRank(&comm, nranks, id, rank));
 
   if (steps > 0) {
-    /* Straggler loop: compute (busy), then ncclAllReduce of the "gradient". */
+    /* Straggler loop: compute (a timed wait), then ncclAllReduce of the "gradient". */
     float* g = malloc(batch_count * sizeof(float));
     for (size_t i = 0; i < batch_count; ++i) g[i] = 1.0f;
     unsigned seed = 12345u + (unsigned)rank;
@@ -108,14 +116,17 @@ int main(int argc, char** argv) {
     for (int s = 0; s < steps; ++s) {
       double c = compute_ms / 1e3 * (rank == slow_rank ? slow_x : 1);
       if (spike_p > 0 && (double)rand_r(&seed) / RAND_MAX < spike_p) c *= spike_x;
-      spin(c);
+      compute_for(c);
       OK(ncclAllReduce(g, g, batch_count, ncclFloat, ncclAvg, comm, NULL));
     }
-    double elapsed = now_s() - t0;
+    /* The job's time is the slowest rank's: with defer the fast ranks finish up to
+     * S steps early. (A max AllReduce of another dtype also ends the partial run.) */
+    double elapsed = now_s() - t0, job = 0;
+    OK(ncclAllReduce(&elapsed, &job, 1, ncclFloat64, ncclMax, comm, NULL));
     if (rank == 0)
       printf("nccl straggler loop: %d ranks, %d steps, compute %.1f ms (rank %d x%.1f, spikes p=%.2f x%.1f): "
-             "%.1f steps/s (samples/s per rank-batch)\n",
-             nranks, steps, compute_ms, slow_rank, slow_x, spike_p, spike_x, steps / elapsed);
+             "%.2f steps/s (job time %.3f s; samples/s = steps/s x ranks x batch)\n",
+             nranks, steps, compute_ms, slow_rank, slow_x, spike_p, spike_x, steps / job, job);
     free(g);
   } else {
     void *send, *recv;

@@ -4,7 +4,8 @@
  * groups, split, shrink, non-blocking init, abort and the error paths on host
  * buffers, against values it computes itself.
  *
- *   nccl_client <id-file> [defer <steps>]   ("defer": the step loop, run under ANTDT_NCCL_LATE=wait or defer)
+ *   nccl_client <id-file> [defer <steps> [nodrain]]   ("defer": the step loop, run under ANTDT_NCCL_LATE=wait
+ *                                                     or defer; "nodrain": finalize straight after the loop)
  *
  * The rank and size come from mpirun's environment (OMPI_COMM_WORLD_RANK/SIZE)
  * or antdt-run's (ANTDT_RANK/ANTDT_WORLD_SIZE);
@@ -381,7 +382,7 @@ static void test_init_all(void) {
 /* Defer mode: every step's result must be the same on every rank (bit-identical),
  * and the sum over all results of the per-rank contribution counts must equal the
  * steps each rank made: a contribution is the one-hot vector e_rank. */
-static void run_defer(ncclComm_t comm, int steps) {
+static void run_defer(ncclComm_t comm, int steps, int drain) {
   float* g = calloc((size_t)nranks + 1, sizeof(float));
   double* landed = calloc((size_t)nranks, sizeof(double));
   uint64_t digest = 1469598103934665603ull;
@@ -394,12 +395,24 @@ static void run_defer(ncclComm_t comm, int steps) {
     const unsigned char* p = (const unsigned char*)g;
     for (size_t i = 0; i < (size_t)(nranks + 1) * sizeof(float); ++i) digest = (digest ^ p[i]) * 1099511628211ull;
   }
+  if (!drain) {
+    /* Finalize at once: the slowed rank is still up to S steps behind, and the
+     * fast ranks (the arbiter's among them) must not leave it stranded. */
+    free(g);
+    free(landed);
+    return;
+  }
   /* drain: BSP barriers so the last deferred contributions land */
   for (int s = 0; s < 4; ++s) {
     memset(g, 0, (size_t)(nranks + 1) * sizeof(float));
     NCCL_OK(ncclAllReduce(g, g, nranks + 1, ncclFloat, ncclSum, comm, NULL));
     for (int r = 0; r < nranks; ++r) landed[r] += g[r];
   }
+  /* A broadcast while the partial run is open (the shim ends the run first): rank 0's
+   * digest must reach every rank, and equal its own. */
+  uint64_t root_digest = digest;
+  NCCL_OK(ncclBroadcast(&root_digest, &root_digest, 1, ncclUint64, 0, comm, NULL));
+  CHECK(root_digest == digest, "rank 0's replica differs from rank %d's (broadcast)", rank);
   /* compare digests: every rank's must be the same */
   uint64_t all[64] = {0};
   uint64_t mine[64] = {0};
@@ -416,7 +429,7 @@ int main(int argc, char** argv) {
   const char* r = getenv("OMPI_COMM_WORLD_RANK") ? getenv("OMPI_COMM_WORLD_RANK") : getenv("ANTDT_RANK");
   const char* n = getenv("OMPI_COMM_WORLD_SIZE") ? getenv("OMPI_COMM_WORLD_SIZE") : getenv("ANTDT_WORLD_SIZE");
   if (argc < 2) {
-    fprintf(stderr, "usage: %s <id-file> [defer <steps>]\n", argv[0]);
+    fprintf(stderr, "usage: %s <id-file> [defer <steps> [nodrain]]\n", argv[0]);
     return 2;
   }
   id_path = argv[1];
@@ -432,7 +445,7 @@ int main(int argc, char** argv) {
   int device = 0;
   NCCL_OK(ncclCommCuDevice(world, &device));
   if (argc >= 4 && strcmp(argv[2], "defer") == 0) {
-    run_defer(world, atoi(argv[3]));
+    run_defer(world, atoi(argv[3]), !(argc >= 5 && strcmp(argv[4], "nodrain") == 0));
   } else {
     test_allreduce_every_type_and_op(world);
     test_collectives(world);

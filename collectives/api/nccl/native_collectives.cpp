@@ -232,7 +232,7 @@ ncclResult_t AllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclD
       // ResyncError (nor a dropped contribution) can reach the caller.
       ++comm->allreduce_calls;
       const std::tuple<size_t, int, int> signature{count, static_cast<int>(dt), static_cast<int>(red.op)};
-      if (comm->partial_signature && *comm->partial_signature != signature) comm->comm->partial_finish();
+      if (comm->partial_signature && *comm->partial_signature != signature) end_partial_run(comm);
       comm->partial_signature = signature;
       antdt::PartialOptions opts;
       opts.policy = shim_options().defer ? antdt::LatePolicy::defer : antdt::LatePolicy::wait;
@@ -389,7 +389,8 @@ ncclResult_t Send(const void* sendbuff, size_t count, ncclDataType_t datatype, i
   if (!to_dtype(comm, datatype, dt)) return ncclInvalidArgument;
   if (ncclResult_t r = check_root(comm, what, peer); r != ncclSuccess) return r;
   if (ncclResult_t r = check_buffers(comm, what, sendbuff, sendbuff, count); r != ncclSuccess) return r;
-  return run_or_record(comm, what, [=](antdt::Communicator& c) { c.send(sendbuff, count, dt, peer); });
+  return run_or_record(comm, what, [=](antdt::Communicator& c) { c.send(sendbuff, count, dt, peer); },
+                       CallKind::point_to_point);
 }
 
 ncclResult_t Recv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t) {
@@ -399,7 +400,8 @@ ncclResult_t Recv(void* recvbuff, size_t count, ncclDataType_t datatype, int pee
   if (!to_dtype(comm, datatype, dt)) return ncclInvalidArgument;
   if (ncclResult_t r = check_root(comm, what, peer); r != ncclSuccess) return r;
   if (ncclResult_t r = check_buffers(comm, what, recvbuff, recvbuff, count); r != ncclSuccess) return r;
-  return run_or_record(comm, what, [=](antdt::Communicator& c) { c.recv(recvbuff, count, dt, peer); });
+  return run_or_record(comm, what, [=](antdt::Communicator& c) { c.recv(recvbuff, count, dt, peer); },
+                       CallKind::point_to_point);
 }
 
 ncclResult_t GroupStart() {
@@ -430,7 +432,13 @@ ncclResult_t GroupEnd() {
       antdt::Communicator& c = *comm->comm;
       bool open = false;
       std::size_t mine = 0;
-      for (const GroupedCall& call : calls) mine += call.comm == comm ? 1 : 0;
+      bool only_point_to_point = true;
+      for (const GroupedCall& call : calls) {
+        if (call.comm != comm) continue;
+        ++mine;
+        only_point_to_point = only_point_to_point && call.point_to_point;
+      }
+      if (!only_point_to_point) end_partial_run(comm);
       for (GroupedCall& call : calls) {
         if (call.comm != comm) continue;
         if (call.collective && !open && mine > 1) { c.group_start(); open = true; }

@@ -81,6 +81,7 @@ ncclResult_t make_comm(ncclComm_t* out, int nranks, const antdt::UniqueId& id, i
 // Every member of one color learns its leader's fresh id: every rank of the
 // parent contributes (color, key), the leaders (lowest key, then rank) their id.
 void split_impl(ncclComm_t parent, int color, int key, ncclComm_t* newcomm, const ncclConfig_t* config) {
+  end_partial_run(parent);
   antdt::Communicator& p = *parent->comm;
   const int n = p.size();
   std::vector<std::int32_t> mine = {color, key};
@@ -181,15 +182,20 @@ ncclResult_t CommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
 
 ncclResult_t CommFinalize(ncclComm_t comm) {
   if (const ncclResult_t r = usable(comm, "ncclCommFinalize"); r != ncclSuccess) return r;
-  // Every call completed before it returned: nothing is left to flush.
+  // Every call completed before it returned; a partial run (ANTDT_NCCL_LATE) ends
+  // here, where every rank meets, so no rank is left inside a partial step.
+  const ncclResult_t r = guarded(comm, "ncclCommFinalize", [&] { end_partial_run(comm); });
   comm->finalized = true;
-  return ncclSuccess;
+  return r;
 }
 
 ncclResult_t CommDestroy(ncclComm_t comm) {
   if (comm == nullptr) return fail(nullptr, ncclInvalidArgument, "ncclCommDestroy: comm is NULL");
   if (comm->init_thread.joinable()) comm->init_thread.join();
   const ncclResult_t r = guarded(nullptr, "ncclCommDestroy", [&] {
+    // A destroy without finalize still ends a partial run with every rank: the
+    // arbiter may live in this process, and a slower rank's last steps need it.
+    if (comm->comm) end_partial_run(comm);
     if (comm->comm && comm->step_open) comm->comm->end_step(1);
     comm->comm.reset();
   });

@@ -136,12 +136,25 @@ std::vector<GroupedCall>& group_calls() {
   return calls;
 }
 
-ncclResult_t run_or_record(ncclComm_t comm, const char* what, std::function<void(antdt::Communicator&)> run) {
+ncclResult_t run_or_record(ncclComm_t comm, const char* what, std::function<void(antdt::Communicator&)> run,
+                           CallKind kind) {
+  const bool point_to_point = kind == CallKind::point_to_point;
   if (group_depth() > 0) {
-    group_calls().push_back(GroupedCall{comm, std::move(run), {}});
+    GroupedCall call{comm, std::move(run), {}};
+    call.point_to_point = point_to_point;
+    group_calls().push_back(std::move(call));
     return ncclSuccess;
   }
-  return guarded(comm, what, [&] { run(*comm->comm); });
+  return guarded(comm, what, [&] {
+    if (!point_to_point) end_partial_run(comm);
+    run(*comm->comm);
+  });
+}
+
+void end_partial_run(ncclComm_t comm) {
+  if (!comm->partial_signature || !comm->comm) return;
+  comm->partial_signature.reset();
+  comm->comm->partial_finish();
 }
 
 }  // namespace antdt_nccl

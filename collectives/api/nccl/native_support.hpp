@@ -37,12 +37,21 @@ struct GroupedCall {
   std::function<void(antdt::Communicator&)> run;
   std::vector<std::byte> scratch;  // kept alive until the group ran
   bool collective = true;          // runs inside the antdt group (false: split, which runs collectives itself)
+  bool point_to_point = false;     // send/recv: leaves a running partial run alone (only two ranks meet)
 };
 int& group_depth();
 std::vector<GroupedCall>& group_calls();
 
+// Ends the communicator's running partial run (ANTDT_NCCL_LATE), if any: every
+// rank meets at the same call (partial_finish), so no rank is still inside a
+// partial step when any other collective, a split or a destroy runs. Throws.
+void end_partial_run(ncclComm_t comm);
+
 // Runs `run` now, or records it when a group is open. Inside a group, errors
-// surface at ncclGroupEnd (as in NCCL).
-ncclResult_t run_or_record(ncclComm_t comm, const char* what, std::function<void(antdt::Communicator&)> run);
+// surface at ncclGroupEnd (as in NCCL). A collective ends a running partial run
+// first; a point-to-point call does not (its peers alone take part).
+enum class CallKind { collective, point_to_point };
+ncclResult_t run_or_record(ncclComm_t comm, const char* what, std::function<void(antdt::Communicator&)> run,
+                           CallKind kind = CallKind::collective);
 
 }  // namespace antdt_nccl
