@@ -1,35 +1,79 @@
-#!/bin/sh
-# The NCCL-API path against native antdt (docs/nccl.md), PROVISIONAL on a busy machine:
-#  1. AllReduce at the same sizes: antdt_allreduce_perf (native API) and
-#     nccl_allreduce_perf (nccl.h) through LD_PRELOAD=libantdt_nccl.so, interleaved.
-#  2. The straggler loop through the NCCL API (compute + ncclAllReduce), one rank 3x
-#     slower, then 10% 5x spikes on every rank: ANTDT_NCCL_LATE=defer vs wait.
-#   perf/nccl_compare.sh [build-dir] [ranks] [steps]
-set -eu
-build=${1:-build} ranks=${2:-2} steps=${3:-100}
+#!/usr/bin/env bash
+# The NCCL-API path against native antdt (docs/nccl.md, issue targets in
+# docs/benchmarks.md "NCCL API"), every figure a median of interleaved launches:
+#  1. AllReduce f32 sum, 8 B (latency) and 64 MiB (busbw): antdt_allreduce_perf
+#     (native API) and nccl_allreduce_perf (nccl.h) through LD_PRELOAD=libantdt_nccl.so,
+#     alternating launch by launch; prints the medians, shim - native at 8 B and
+#     shim / native at 64 MiB.
+#  2. The straggler loop through the NCCL API (compute + ncclAllReduce of 1 MiB):
+#     one rank 3x slower, then 10% 5x spikes on every rank; ANTDT_NCCL_LATE=wait
+#     and defer alternating; prints median steps/s and defer / wait.
+#
+# usage: perf/nccl_compare.sh [build-dir] [ranks] [launches] [steps]
+#   defaults: build 4 5 200
+set -euo pipefail
+build=${1:-build} ranks=${2:-4} launches=${3:-5} steps=${4:-200}
 shim=$build/collectives/api/nccl/libantdt_nccl.so
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 UCX_WARN_UNUSED_ENV_VARS=n
+native=$build/perf/antdt_allreduce_perf
+nccl=$build/perf/nccl_allreduce_perf
+for f in "$shim" "$native" "$nccl"; do
+  [[ -e "$f" ]] || { echo "nccl_compare.sh: $f is missing (build the tree first)" >&2; exit 2; }
+done
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export UCX_WARN_UNUSED_ENV_VARS=n
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 run() { mpirun --bind-to none --oversubscribe -np "$ranks" "$@"; }
-n=0
-nccl() {  # nccl [env...] -- args: the nccl.h tool through the shim
-  n=$((n + 1))
-  run -x LD_PRELOAD="$shim" "$@" "$build/perf/nccl_allreduce_perf" "$dir/id$n" ${ARGS}
+launch=0
+through_shim() {  # through_shim [mpirun -x options...] -- tool args: nccl_allreduce_perf preloaded
+  local opts=()
+  while [[ $1 != -- ]]; do opts+=("$1"); shift; done
+  shift
+  launch=$((launch + 1))
+  run -x LD_PRELOAD="$shim" "${opts[@]}" "$nccl" "$dir/id$launch" "$@"
 }
-for round in 1 2; do
-  echo "== round $round: native antdt_allreduce_perf"
-  run "$build/perf/antdt_allreduce_perf" -b 8 -e 64M -f 8 -n 20 -w 5
-  echo "== round $round: nccl_allreduce_perf through libantdt_nccl.so"
-  ARGS="-b 8 -e 67108864 -f 8 -n 20 -w 5" nccl
+median() { sort -g | awk '{v[NR] = $1} END {if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+# Column of the row of <bytes> in a table whose first column is the size in bytes.
+column_at() { awk -v b="$1" -v c="$2" '$1 == b {print $c; exit}'; }
+
+small=8 large=$((64 << 20))
+echo "# AllReduce f32 sum, $ranks ranks, $launches interleaved launches each"
+for ((i = 1; i <= launches; i++)); do
+  run "$native" -b $small -e $small -n 2000 -w 200 >"$dir/native_small.$i"
+  through_shim -- -b $small -e $small -n 2000 -w 200 >"$dir/shim_small.$i"
+  run "$native" -b $large -e $large -n 10 -w 2 >"$dir/native_large.$i"
+  through_shim -- -b $large -e $large -n 10 -w 2 >"$dir/shim_large.$i"
 done
-for case in "-r $((ranks - 1)) -x 3" "-p 0.1 -k 5"; do
-  for late in wait defer; do
-    echo "== straggler loop ($case), ANTDT_NCCL_LATE=$late"
-    if [ "$late" = defer ]; then
-      ARGS="-S $steps -c 10 -B 262144 $case" nccl -x ANTDT_NCCL_LATE=defer || echo "(failed: see docs/nccl.md#antdt_nccl_latedefer)"
-    else
-      ARGS="-S $steps -c 10 -B 262144 $case" nccl || true
-    fi
+# antdt_allreduce_perf: size count type op root time algbw busbw (out of place) ...;
+# nccl_allreduce_perf: size count time algbw busbw.
+native_us=$(for f in "$dir"/native_small.*; do column_at $small 6 <"$f"; done | median)
+shim_us=$(for f in "$dir"/shim_small.*; do column_at $small 3 <"$f"; done | median)
+native_bw=$(for f in "$dir"/native_large.*; do column_at $large 8 <"$f"; done | median)
+shim_bw=$(for f in "$dir"/shim_large.*; do column_at $large 5 <"$f"; done | median)
+printf "%-34s %12s %12s %14s\n" "" native shim "shim vs native"
+printf "%-34s %12s %12s %+13.2f us (target <= +0.5)\n" "8 B time (us, median)" "$native_us" "$shim_us" \
+  "$(awk -v a="$shim_us" -v b="$native_us" 'BEGIN {print a - b}')"
+printf "%-34s %12s %12s %13.3fx (target >= 0.95)\n" "64 MiB busbw (GB/s, median)" "$native_bw" "$shim_bw" \
+  "$(awk -v a="$shim_bw" -v b="$native_bw" 'BEGIN {print (b > 0) ? a / b : 0}')"
+
+echo
+echo "# Straggler loop through the NCCL API: $ranks ranks, $steps steps, 10 ms compute, 1 MiB gradient"
+straggler() {  # straggler <label> <loop options...>: wait and defer alternating, medians, ratio
+  local label=$1
+  shift
+  : >"$dir/wait" && : >"$dir/defer"
+  for ((i = 1; i <= launches; i++)); do
+    for late in wait defer; do
+      through_shim -x ANTDT_NCCL_LATE=$late -- -S "$steps" -c 10 -B 262144 "$@" 2>"$dir/stderr.$late.$i" |
+        awk '/steps\/s/ {for (k = 1; k <= NF; ++k) if ($(k + 1) == "steps/s") print $k}' >>"$dir/$late"
+    done
   done
-done
+  local w d
+  w=$(median <"$dir/wait") d=$(median <"$dir/defer")
+  printf "%-34s wait %8s  defer %8s steps/s  defer/wait %.3f\n" "$label" "$w" "$d" \
+    "$(awk -v a="$d" -v b="$w" 'BEGIN {print (b > 0) ? a / b : 0}')"
+  # The Monitor's summary of the last defer launch: the class it gives each slow rank.
+  grep -h "antdt monitor:\|deterministic\|transient\|persistent" "$dir/stderr.defer.$launches" | sed 's/^/    /' | head -4
+}
+straggler "rank $((ranks - 1)) 3x slower" -r $((ranks - 1)) -x 3
+straggler "10% 5x spikes on every rank" -p 0.1 -k 5

@@ -63,10 +63,9 @@ ncclResult_t code_of(const antdt::Error& e) {
   }
 }
 
-ncclResult_t guarded(ncclComm_t comm, const char* what, const std::function<void()>& body) {
+ncclResult_t current_exception_code(ncclComm_t comm, const char* what) {
   try {
-    body();
-    return ncclSuccess;
+    throw;
   } catch (const antdt::Error& e) {
     const ncclResult_t code = code_of(e);
     if (comm != nullptr && (code == ncclRemoteError || code == ncclSystemError)) comm->async = code;
@@ -136,19 +135,11 @@ std::vector<GroupedCall>& group_calls() {
   return calls;
 }
 
-ncclResult_t run_or_record(ncclComm_t comm, const char* what, std::function<void(antdt::Communicator&)> run,
-                           CallKind kind) {
-  const bool point_to_point = kind == CallKind::point_to_point;
-  if (group_depth() > 0) {
-    GroupedCall call{comm, std::move(run), {}};
-    call.point_to_point = point_to_point;
-    group_calls().push_back(std::move(call));
-    return ncclSuccess;
-  }
-  return guarded(comm, what, [&] {
-    if (!point_to_point) end_partial_run(comm);
-    run(*comm->comm);
-  });
+ncclResult_t record(ncclComm_t comm, std::function<void(antdt::Communicator&)> run, CallKind kind) {
+  GroupedCall call{comm, std::move(run), {}};
+  call.point_to_point = kind == CallKind::point_to_point;
+  group_calls().push_back(std::move(call));
+  return ncclSuccess;
 }
 
 void end_partial_run(ncclComm_t comm) {

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace antdt_nccl {
@@ -18,9 +19,21 @@ std::string last_error(ncclComm_t comm);
 // The NCCL code for an antdt error.
 ncclResult_t code_of(const antdt::Error& e);
 
-// Runs `body` translating every exception into an NCCL code (recorded as the last
-// error); a lost peer also becomes the communicator's async error.
-ncclResult_t guarded(ncclComm_t comm, const char* what, const std::function<void()>& body);
+// The NCCL code of the exception being handled (recorded as the last error); a
+// lost peer also becomes the communicator's async error. Only inside a catch.
+ncclResult_t current_exception_code(ncclComm_t comm, const char* what);
+
+// Runs `body` translating every exception into an NCCL code. A template, not a
+// std::function: the 8-byte AllReduce path allocates nothing and is inlined.
+template <class Body>
+ncclResult_t guarded(ncclComm_t comm, const char* what, Body&& body) {
+  try {
+    body();
+    return ncclSuccess;
+  } catch (...) {
+    return current_exception_code(comm, what);
+  }
+}
 
 // false (and the last error set) for fp8 and unknown types.
 bool to_dtype(ncclComm_t comm, ncclDataType_t t, antdt::DataType& out);
@@ -47,11 +60,20 @@ std::vector<GroupedCall>& group_calls();
 // partial step when any other collective, a split or a destroy runs. Throws.
 void end_partial_run(ncclComm_t comm);
 
+// Records a call of an open group (run at ncclGroupEnd).
+enum class CallKind { collective, point_to_point };
+ncclResult_t record(ncclComm_t comm, std::function<void(antdt::Communicator&)> run, CallKind kind);
+
 // Runs `run` now, or records it when a group is open. Inside a group, errors
 // surface at ncclGroupEnd (as in NCCL). A collective ends a running partial run
 // first; a point-to-point call does not (its peers alone take part).
-enum class CallKind { collective, point_to_point };
-ncclResult_t run_or_record(ncclComm_t comm, const char* what, std::function<void(antdt::Communicator&)> run,
-                           CallKind kind = CallKind::collective);
+template <class Run>
+ncclResult_t run_or_record(ncclComm_t comm, const char* what, Run&& run, CallKind kind = CallKind::collective) {
+  if (group_depth() > 0) return record(comm, std::forward<Run>(run), kind);
+  return guarded(comm, what, [&] {
+    if (kind != CallKind::point_to_point) end_partial_run(comm);
+    run(*comm->comm);
+  });
+}
 
 }  // namespace antdt_nccl
