@@ -24,13 +24,17 @@ export UCX_WARN_UNUSED_ENV_VARS=n
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 run() { mpirun --bind-to none --oversubscribe -np "$ranks" "$@"; }
-launch=0
 through_shim() {  # through_shim [mpirun -x options...] -- tool args: nccl_allreduce_perf preloaded
-  local opts=()
+  local opts=() id
   while [[ $1 != -- ]]; do opts+=("$1"); shift; done
   shift
-  launch=$((launch + 1))
-  run -x LD_PRELOAD="$shim" "${opts[@]}" "$nccl" "$dir/id$launch" "$@"
+  id=$(mktemp -u "$dir/id.XXXXXX")  # a fresh id file per launch (also from a pipeline's subshell)
+  # The native tool learns its local rank from mpirun and binds to its share of
+  # the cores (ANTDT_BIND=auto); an NCCL program's communicator only knows its NCCL
+  # rank, so the shim is told the same (docs/nccl.md#binding): both run bound alike.
+  run -x LD_PRELOAD="$shim" "${opts[@]}" sh -c \
+    'ANTDT_LOCAL_RANK=$OMPI_COMM_WORLD_LOCAL_RANK ANTDT_LOCAL_SIZE=$OMPI_COMM_WORLD_LOCAL_SIZE exec "$0" "$@"' \
+    "$nccl" "$id" "$@"
 }
 median() { sort -g | awk '{v[NR] = $1} END {if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 # Column of the row of <bytes> in a table whose first column is the size in bytes.
