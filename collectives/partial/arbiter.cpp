@@ -141,11 +141,12 @@ void Arbiter::finish_stragglers_if_run_over() {
 
 void Arbiter::maybe_close(Clock::time_point now, std::vector<Out>& out) {
   held_back_ = false;
-  int arrived_on_time = 0, active = 0;
+  int arrived_on_time = 0, arrived_deferred = 0, active = 0;
   bool all_done = true, missing_all_slow = true, any_arrived = false, any_finished = false, any_empty_at_open = false;
   for (int r = 0; r < cfg_.ranks; ++r) {
     const auto& s = ranks_[static_cast<std::size_t>(r)];
     if (s.role == Role::on_time) ++arrived_on_time;
+    if (s.role == Role::deferred) ++arrived_deferred;
     any_finished |= s.finished;
     any_empty_at_open |= s.role == Role::catch_up && s.based_on == open_step_;
     any_arrived |= s.role != Role::absent;
@@ -169,7 +170,11 @@ void Arbiter::maybe_close(Clock::time_point now, std::vector<Out>& out) {
                    static_cast<int>(open_step_) <= cfg_.warmup_steps;
   if (bsp) return;
   const int quorum = std::max(1, static_cast<int>(std::ceil(cfg_.quorum * active - 1e-9)));
-  if (arrived_on_time < quorum) return;
+  // Stale-synchronous: ranks held at the bound arrive late on every step (their
+  // lag never shrinks: they compute every step), yet their contributions are in
+  // this step; counted, so that the on-time ranks alone need not make the quorum.
+  const int counted = arrived_on_time + (stale_synchronous_ ? arrived_deferred : 0);
+  if (arrived_on_time == 0 || counted < quorum) return;
   if (!quorum_at_) quorum_at_ = now;
   held_back_ = bound_holds_back();
   if (held_back_) return;  // the late rank's arrival calls maybe_close again
@@ -206,8 +211,11 @@ void Arbiter::close_step(std::vector<Out>& out) {
   for (int r = 0; r < cfg_.ranks; ++r) {
     const auto& s = ranks_[static_cast<std::size_t>(r)];
     if (s.role == Role::on_time || s.role == Role::deferred) d.contributors.push_back({r, s.weight, s.based_on});
-    if ((s.role == Role::deferred || s.role == Role::catch_up) && !(empty && may_serve(s)))
+    if (s.role == Role::deferred && !empty) {
+      if (s.first_missing) d.catchups.push_back({r, std::max(*s.first_missing, s.based_on)});
+    } else if ((s.role == Role::deferred || s.role == Role::catch_up) && !(empty && may_serve(s))) {
       d.catchups.push_back({r, s.based_on});
+    }
     servers += may_serve(s) ? 1 : 0;
   }
   ANTDT_ASSERT(servers > 0);
@@ -221,6 +229,12 @@ void Arbiter::close_step(std::vector<Out>& out) {
   for (int r = 0; r < cfg_.ranks; ++r) {
     auto& s = ranks_[static_cast<std::size_t>(r)];
     if (s.role != Role::absent) out.push_back({r, d});
+    // Present (on time, or sent what it missed): it holds every result up to
+    // this step's, or the step's own through the ring. Absent: it lacks this one.
+    if (s.role != Role::absent)
+      s.first_missing.reset();
+    else if (!s.first_missing)
+      s.first_missing = open_step_;
     s.role = Role::absent;
   }
   ++open_step_;

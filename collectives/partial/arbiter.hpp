@@ -60,6 +60,11 @@ class Arbiter {
     std::uint64_t applied_at_finish = 0;
     bool lost = false;
     std::uint64_t last_arrival = 0;  // the step of its newest arrival in this run (stale-synchronous bound)
+    // The oldest step that closed while this rank was absent and whose result
+    // it has not been sent since. A deferred rank takes part in the ring of
+    // every step it is present at, so it holds those results already: only
+    // the steps from here on are pushed to it (none when it was never absent).
+    std::optional<std::uint64_t> first_missing;
   };
 
   void maybe_close(Clock::time_point now, std::vector<Out>& out);

@@ -293,7 +293,11 @@ PartialResult partial_step(detail::CommImpl& comm, const void* send, void* recv,
   const std::uint64_t next = st.applied + 1;
   PartialResult result;
   auto finish_call = [&](std::uint64_t step) {
-    if (out != nullptr && bytes > 0 && st.cache.has(step) && st.cache.get(step).data() != out)
+    // Every result a rank returns was computed here or pushed to it (the
+    // arbiter pushes exactly the ones it lacks): never return stale bytes.
+    if (out != nullptr && bytes > 0 && !st.cache.has(step))
+      raise<InternalError>("partial collectives: rank ", comm.rank(), " lacks the result of step ", step);
+    if (out != nullptr && bytes > 0 && st.cache.get(step).data() != out)
       std::memcpy(out, st.cache.get(step).data(), bytes);
     const auto& info = st.info[step % st.info.size()];
     result.step = step;

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <random>
 
 namespace antdt::test {
@@ -448,6 +449,51 @@ TEST(ArbiterTest, StaleSynchronousDeferNeverLeavesARankBeyondTheBound) {
       EXPECT_GT(fast_step, 30u) << "plain defer must not hold steps for a late rank";
     }
   }
+}
+
+// A deferred rank takes part in the ring of every step it is present at, so it
+// holds those results: the arbiter pushes it only the steps that closed while it
+// was absent, and nothing while it stays present, however far behind it is.
+TEST(ArbiterTest, DeferredRankIsSentOnlyTheResultsItMissed) {
+  coll::partial::ArbiterConfig cfg;
+  cfg.ranks = 3;
+  cfg.grace_s = 0.001;
+  cfg.warmup_steps = 0;
+  cfg.result_cache = 8;
+  coll::partial::Arbiter arb(cfg);
+  std::vector<coll::partial::Arbiter::Out> out;
+  auto t = coll::partial::Clock::now();
+  auto arrive = [&](int r, std::uint64_t step) {
+    auto a = arrival_of(r, step, LatePolicy::defer);
+    a.staleness = 2;  // two steps late is still deferred, not dropped
+    arb.on_arrival(a, t, out);
+  };
+  // The decision rank 2 gets when the open step closes (it has arrived for `slow`).
+  auto close_with_rank2 = [&](std::uint64_t fast, std::optional<std::uint64_t> slow) {
+    out.clear();
+    arrive(0, fast);
+    arrive(1, fast);
+    if (slow) arrive(2, *slow);
+    t += std::chrono::milliseconds(5);
+    arb.on_tick(t, out);
+    std::optional<coll::partial::Decision> mine;
+    for (const auto& o : out)
+      if (o.rank == 2) mine = std::get<coll::partial::Decision>(o.message);
+    return mine;
+  };
+  EXPECT_FALSE(close_with_rank2(1, std::nullopt)) << "step 1 closes without rank 2";
+  auto d = close_with_rank2(2, 1);  // rank 2 late for step 1, deferred into step 2
+  ASSERT_TRUE(d);
+  ASSERT_EQ(d->catchups.size(), 1u);
+  EXPECT_EQ(d->catchups[0].from_step, 1u) << "step 1 closed while rank 2 was absent";
+  d = close_with_rank2(3, 2);  // still one step behind, but it computed step 2 in the ring
+  ASSERT_TRUE(d);
+  EXPECT_TRUE(d->catchups.empty()) << "rank 2 holds step 2's result: nothing to push";
+  EXPECT_FALSE(close_with_rank2(4, std::nullopt)) << "step 4 closes without rank 2";
+  d = close_with_rank2(5, 3);
+  ASSERT_TRUE(d);
+  ASSERT_EQ(d->catchups.size(), 1u);
+  EXPECT_EQ(d->catchups[0].from_step, 4u) << "only from the step it missed (it holds 3)";
 }
 
 TEST(PartialProtocol, RejectsGarbage) {
