@@ -64,6 +64,21 @@ class ANTDT_API MonitorView {
   virtual double expected_step_s() const = 0;
 };
 
+// One rank's step, timed outside an antdt communicator (the NCCL shim's
+// passthrough mode times the real NCCL's calls).
+struct StepTimes {
+  double compute_s = 0;     // from the end of the previous step's collective to this step's
+  double collective_s = 0;  // inside the step's collective
+  std::uint64_t samples = 1;
+};
+
+// The Monitor (docs/monitor.md) run over step times gathered elsewhere:
+// steps[r] are rank r's steps in order; step s is evaluated for the ranks that
+// have it. Returns the summary a communicator prints at exit (which ranks are
+// slow, their class). ANTDT_MONITOR_* variables apply. InvalidArgument when
+// `steps` is empty.
+ANTDT_API std::string monitor_summary(std::span<const std::vector<StepTimes>> steps);
+
 // Everything a Policy knows about the job besides the statistics.
 struct PolicyContext {
   int world_size = 0;

@@ -6,6 +6,8 @@
  *
  *   nccl_client <id-file> [defer <steps> [nodrain]]   ("defer": the step loop, run under ANTDT_NCCL_LATE=wait
  *                                                     or defer; "nodrain": finalize straight after the loop)
+ *   nccl_client <id-file> steps <steps> <slow-rank>   (a training-like loop: 2 ms of "compute", 6 ms on
+ *                                                     <slow-rank>, then an AllReduce; for the straggler report)
  *
  * The rank and size come from mpirun's environment (OMPI_COMM_WORLD_RANK/SIZE)
  * or antdt-run's (ANTDT_RANK/ANTDT_WORLD_SIZE);
@@ -425,6 +427,16 @@ static void run_defer(ncclComm_t comm, int steps, int drain) {
   free(landed);
 }
 
+/* A training-like loop whose compute is a sleep, one rank 3x slower: what the
+ * straggler report must name. Results are not checked (a stand-in does no work). */
+static void run_steps(ncclComm_t comm, int steps, int slow_rank) {
+  float g[64] = {0};
+  for (int s = 0; s < steps; ++s) {
+    usleep(rank == slow_rank ? 6000 : 2000);
+    NCCL_OK(ncclAllReduce(g, g, 64, ncclFloat, ncclSum, comm, NULL));
+  }
+}
+
 int main(int argc, char** argv) {
   const char* r = getenv("OMPI_COMM_WORLD_RANK") ? getenv("OMPI_COMM_WORLD_RANK") : getenv("ANTDT_RANK");
   const char* n = getenv("OMPI_COMM_WORLD_SIZE") ? getenv("OMPI_COMM_WORLD_SIZE") : getenv("ANTDT_WORLD_SIZE");
@@ -444,7 +456,9 @@ int main(int argc, char** argv) {
   if (world == NULL) return 1;
   int device = 0;
   NCCL_OK(ncclCommCuDevice(world, &device));
-  if (argc >= 4 && strcmp(argv[2], "defer") == 0) {
+  if (argc >= 5 && strcmp(argv[2], "steps") == 0) {
+    run_steps(world, atoi(argv[3]), atoi(argv[4]));
+  } else if (argc >= 4 && strcmp(argv[2], "defer") == 0) {
     run_defer(world, atoi(argv[3]), !(argc >= 5 && strcmp(argv[4], "nodrain") == 0));
   } else {
     test_allreduce_every_type_and_op(world);

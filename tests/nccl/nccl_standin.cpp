@@ -3,12 +3,22 @@
 // arguments, to $NCCL_STANDIN_LOG. Pointers are written as the order of their
 // first appearance (p0, p1, ...), so two runs of one program compare equal
 // whatever the address layout, while a pointer swapped for another does not.
-// It does no work: GetUniqueId gives a fixed id, InitRank a fake handle.
+// It does no work: GetUniqueId gives a fixed id, InitRank a fake handle --
+// except ncclAllGather when $NCCL_STANDIN_GATHER_DIR is set: then the ranks of
+// one mpirun job really gather, through files in that directory (each call
+// writes its part, then waits up to 30 s for every rank's), so the shim's
+// cross-rank report can be tested without a GPU. CommCount and CommUserRank
+// then answer the nranks and rank given to InitRank.
 #include <nccl.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <thread>
+#include <vector>
 #include <map>
 #include <mutex>
 #include <string>
@@ -71,9 +81,57 @@ void output(T v) {
   else if constexpr (std::is_same_v<T, ncclWindow_t*>) { if (v) *v = nullptr; }
 }
 template <class... A>
-void outputs(A... a) { (output(a), ...); }
+void outputs(const char*, A... a) { (output(a), ...); }
+
+// InitRank's (nranks, rank) of each fake handle, and its AllGather calls so far.
+struct Member {
+  int nranks = 1, rank = 0;
+  int gathers = 0;
+};
+std::map<ncclComm_t, Member> members;
+
+void outputs(const char*, ncclComm_t* comm, int nranks, ncclUniqueId, int rank) {
+  *comm = fake_comm();
+  members[*comm] = Member{nranks, rank, 0};
+}
+void outputs(const char* name, ncclComm_t comm, int* out) {
+  if (out == nullptr) return;
+  auto it = members.find(comm);
+  if (std::strcmp(name, "ncclCommCount") == 0) *out = it != members.end() ? it->second.nranks : 1;
+  else if (std::strcmp(name, "ncclCommUserRank") == 0) *out = it != members.end() ? it->second.rank : 0;
+  else *out = 1;
+}
+std::size_t type_size(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    default: return 8;
+  }
+}
+void outputs(const char*, const void* send, void* recv, size_t count, ncclDataType_t type, ncclComm_t comm,
+             cudaStream_t) {
+  const char* dir = std::getenv("NCCL_STANDIN_GATHER_DIR");
+  auto it = members.find(comm);
+  if (dir == nullptr || it == members.end() || send == nullptr || recv == nullptr) return;
+  Member& m = it->second;
+  const std::size_t bytes = count * type_size(type);
+  const std::string base = std::string(dir) + "/gather" + std::to_string(m.gathers++) + ".rank";
+  const std::string mine = base + std::to_string(m.rank);
+  std::ofstream(mine + ".tmp", std::ios::binary).write(static_cast<const char*>(send), static_cast<std::streamsize>(bytes));
+  std::rename((mine + ".tmp").c_str(), mine.c_str());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (int r = 0; r < m.nranks; ++r) {
+    const std::string part = base + std::to_string(r);
+    std::ifstream in;
+    while (!(in = std::ifstream(part, std::ios::binary)) && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::vector<char> data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (data.size() == bytes) std::memcpy(static_cast<char*>(recv) + r * bytes, data.data(), bytes);
+  }
+}
 // ncclCommInitAll's handle array has ndev entries.
-void outputs(ncclComm_t* comms, int ndev, const int*) {
+void outputs(const char*, ncclComm_t* comms, int ndev, const int*) {
   for (int i = 0; i < ndev; ++i) comms[i] = fake_comm();
 }
 }  // namespace
@@ -82,7 +140,7 @@ void outputs(ncclComm_t* comms, int ndev, const int*) {
 #define NCCL_FN(ret, name, params, args)                                       \
   extern "C" __attribute__((visibility("default"))) ret nccl##name params {    \
     record("nccl" #name NCCL_COMMA_ARGS args);                                 \
-    outputs args;                                                              \
+    outputs("nccl" #name NCCL_COMMA_ARGS args);                                \
     return result_of<ret>();                                                   \
   }
 #include "collectives/api/nccl/nccl_functions.def"

@@ -10,6 +10,8 @@
 #include "collectives/telemetry/step_timer.hpp"
 #include "collectives/telemetry/trace.hpp"
 
+#include <antdt/scheduler.hpp>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -813,3 +815,16 @@ TEST_F(TraceTest, FromConfigFollowsTraceDir) {
 
 }  // namespace
 }  // namespace antdt::sched
+
+// antdt::monitor_summary (the NCCL shim's passthrough report): the Monitor over
+// step times gathered elsewhere names a rank 3x slower, and only it.
+TEST(MonitorSummary, NamesTheSlowRankOfGatheredSteps) {
+  std::vector<std::vector<antdt::StepTimes>> steps(4);
+  for (int r = 0; r < 4; ++r)
+    for (int s = 0; s < 80; ++s) steps[static_cast<std::size_t>(r)].push_back({r == 1 ? 0.030 : 0.010, 0.001, 1});
+  const std::string text = antdt::monitor_summary(steps);
+  EXPECT_NE(text.find("antdt monitor: 4 ranks"), std::string::npos) << text;
+  EXPECT_NE(text.find("deterministic 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("     1  deterministic"), std::string::npos) << text;
+  EXPECT_THROW(antdt::monitor_summary({}), antdt::InvalidArgument);
+}

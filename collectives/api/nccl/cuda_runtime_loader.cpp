@@ -24,10 +24,13 @@ const CudaRuntime& cuda_runtime() {
     load(r.EventQuery, "cudaEventQuery");
     load(r.EventElapsedTime, "cudaEventElapsedTime");
     load(r.EventDestroy, "cudaEventDestroy");
+    load(r.Memcpy, "cudaMemcpy");
+    load(r.DeviceSynchronize, "cudaDeviceSynchronize");
     int n = 0;
     r.has_device = r.GetDeviceCount != nullptr && r.Malloc != nullptr && r.Free != nullptr && r.EventCreate != nullptr &&
                    r.EventRecord != nullptr && r.EventQuery != nullptr && r.EventElapsedTime != nullptr &&
-                   r.EventDestroy != nullptr && r.GetDeviceCount(&n) == 0 && n > 0;
+                   r.EventDestroy != nullptr && r.Memcpy != nullptr && r.DeviceSynchronize != nullptr &&
+                   r.GetDeviceCount(&n) == 0 && n > 0;
     return r;
   }();
   return rt;

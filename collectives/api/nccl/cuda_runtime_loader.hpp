@@ -14,6 +14,8 @@ struct CudaRuntime {
   int (*EventQuery)(void*) = nullptr;
   int (*EventElapsedTime)(float*, void*, void*) = nullptr;
   int (*EventDestroy)(void*) = nullptr;
+  int (*Memcpy)(void*, const void*, unsigned long, int) = nullptr;  // kind: 1 host->device, 2 device->host
+  int (*DeviceSynchronize)() = nullptr;
   bool has_device = false;  // the runtime loaded and sees at least one device
 };
 

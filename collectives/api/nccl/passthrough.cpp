@@ -1,11 +1,13 @@
 #include "passthrough.hpp"
 
 #include "cuda_runtime_loader.hpp"
+#include "passthrough_steps.hpp"
 
 #include <dlfcn.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -26,6 +28,7 @@ struct PendingEvents {
   const char* name;
   void* begin;
   void* end;
+  ncclComm_t step_of = nullptr;  // an AllReduce that ends a Monitor step of this communicator
 };
 
 struct Accounting {
@@ -47,8 +50,12 @@ struct Accounting {
         ++s.gpu_timed;
         s.gpu_us += ms * 1000.0;
       }
-      cuda.EventDestroy(p.begin);
-      cuda.EventDestroy(p.end);
+      if (p.step_of != nullptr) {
+        gpu_step(p.step_of, p.begin, p.end, cuda);  // keeps the end event for the next step's compute
+      } else {
+        cuda.EventDestroy(p.begin);
+        cuda.EventDestroy(p.end);
+      }
     }
     pending.resize(kept);
   }
@@ -130,8 +137,27 @@ CallTiming begin_call(cudaStream_t stream, bool has_stream) {
   return t;
 }
 
-void end_call(const char* name, const CallTiming& t) {
-  const double cpu_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t.start).count();
+void settle_events() {
+  Accounting& a = accounting();
+  const CudaRuntime& cuda = cuda_runtime();
+  if (cuda.has_device) cuda.DeviceSynchronize();
+  std::lock_guard lock(a.mu);
+  a.harvest(cuda);
+}
+
+// ncclGroupStart .. ncclGroupEnd nesting of this thread: an AllReduce inside a
+// group is part of a fused step, not a step of its own.
+int& group_depth() {
+  thread_local int depth = 0;
+  return depth;
+}
+
+void end_call(const char* name, const CallTiming& t, ncclComm_t comm) {
+  const auto end_time = std::chrono::steady_clock::now();
+  const double cpu_us = std::chrono::duration<double, std::micro>(end_time - t.start).count();
+  if (std::strcmp(name, "ncclGroupStart") == 0) ++group_depth();
+  if (std::strcmp(name, "ncclGroupEnd") == 0 && group_depth() > 0) --group_depth();
+  const bool step = comm != nullptr && group_depth() == 0 && std::strcmp(name, "ncclAllReduce") == 0;
   Accounting& a = accounting();
   const CudaRuntime& cuda = cuda_runtime();
   std::lock_guard lock(a.mu);
@@ -140,9 +166,13 @@ void end_call(const char* name, const CallTiming& t) {
   s.cpu_us += cpu_us;
   if (t.begin_event != nullptr) {
     void* end = nullptr;
-    if (cuda.EventCreate(&end) == 0 && cuda.EventRecord(end, t.stream) == 0) a.pending.push_back({name, t.begin_event, end});
-    else cuda.EventDestroy(t.begin_event);
+    if (cuda.EventCreate(&end) == 0 && cuda.EventRecord(end, t.stream) == 0)
+      a.pending.push_back({name, t.begin_event, end, step ? comm : nullptr});
+    else
+      cuda.EventDestroy(t.begin_event);
     a.harvest(cuda);
+  } else if (step) {
+    cpu_step(comm, t.start, end_time);
   }
 }
 

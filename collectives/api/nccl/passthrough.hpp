@@ -26,14 +26,27 @@ struct CallTiming {
   cudaStream_t stream = nullptr;
 };
 CallTiming begin_call(cudaStream_t stream, bool has_stream);
-void end_call(const char* name, const CallTiming& t);
+// `comm` is the call's communicator (null for calls without one): each
+// ncclAllReduce outside a group ends one of its Monitor steps.
+void end_call(const char* name, const CallTiming& t, ncclComm_t comm);
 ncclResult_t missing(const char* name);
+// Before the real ncclCommFinalize / ncclCommDestroy / ncclCommAbort of `comm`:
+// the cross-rank straggler report (passthrough_report.cpp) where it is due.
+void before_teardown(const char* name, ncclComm_t comm);
+// Waits for the device, then reads every recorded event (only at teardown).
+void settle_events();
 
 template <class A>
 void find_stream(cudaStream_t& stream, bool& has, A a) {
   if constexpr (std::is_same_v<A, cudaStream_t>) {
     stream = a;
     has = true;
+  }
+}
+template <class A>
+void find_comm(ncclComm_t& comm, A a) {
+  if constexpr (std::is_same_v<A, ncclComm_t>) {
+    if (comm == nullptr) comm = a;
   }
 }
 
@@ -47,14 +60,17 @@ R forward(const char* name, R (*fn)(P...), A... a) {
   }
   cudaStream_t stream = nullptr;
   bool has_stream = false;
+  ncclComm_t comm = nullptr;
   (find_stream(stream, has_stream, a), ...);
+  (find_comm(comm, a), ...);
+  if (comm != nullptr) before_teardown(name, comm);
   const CallTiming t = begin_call(stream, has_stream);
   if constexpr (std::is_void_v<R>) {
     fn(a...);
-    end_call(name, t);
+    end_call(name, t, comm);
   } else {
     R r = fn(a...);
-    end_call(name, t);
+    end_call(name, t, comm);
     return r;
   }
 }
