@@ -8,6 +8,10 @@
 #  2. The straggler loop through the NCCL API (compute + ncclAllReduce of 1 MiB):
 #     one rank 3x slower, then 10% 5x spikes on every rank; ANTDT_NCCL_LATE=wait
 #     and defer alternating; prints median steps/s and defer / wait.
+#  3. Passthrough overhead: one process calling ncclAllReduce (8 B) on the test
+#     stand-in NCCL (build/tests/nccl), directly and behind the shim in passthrough
+#     mode, alternating; prints the median added time per call and what it is of a
+#     10 ms step (target <= 1%). On a GPU the same runs on the real NCCL (gpu-check.sh).
 #
 # usage: perf/nccl_compare.sh [build-dir] [ranks] [launches] [steps]
 #   defaults: build 4 5 200
@@ -81,3 +85,20 @@ straggler() {  # straggler <label> <loop options...>: wait and defer alternating
 }
 straggler "rank $((ranks - 1)) 3x slower" -r $((ranks - 1)) -x 3
 straggler "10% 5x spikes on every rank" -p 0.1 -k 5
+
+standin=$build/tests/nccl/libantdt_nccl_standin.so
+if [[ -e "$standin" ]]; then
+  echo
+  echo "# Passthrough overhead per ncclAllReduce call (8 B, stand-in NCCL, 1 process), $launches launches each"
+  : >"$dir/direct" && : >"$dir/behind"
+  for ((i = 1; i <= launches; i++)); do
+    LD_PRELOAD="$standin" "$nccl" "$(mktemp -u "$dir/id.XXXXXX")" -G -b 8 -e 8 -n 200000 -w 1000 |
+      column_at 8 3 >>"$dir/direct"
+    ANTDT_NCCL_MODE=passthrough ANTDT_NCCL_LIBRARY="$standin" ANTDT_NCCL_QUIET=1 ANTDT_NCCL_REPORT=0 LD_PRELOAD="$shim" \
+      "$nccl" "$(mktemp -u "$dir/id.XXXXXX")" -G -b 8 -e 8 -n 200000 -w 1000 | column_at 8 3 >>"$dir/behind"
+  done
+  direct=$(median <"$dir/direct") behind=$(median <"$dir/behind")
+  printf "%-34s direct %6s us  behind the shim %6s us  +%.2f us per call = %.4f%% of a 10 ms step\n" \
+    "stand-in ncclAllReduce" "$direct" "$behind" "$(awk -v a="$behind" -v b="$direct" 'BEGIN {print a - b}')" \
+    "$(awk -v a="$behind" -v b="$direct" 'BEGIN {print (a - b) / 10000 * 100}')"
+fi
