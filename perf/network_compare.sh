@@ -127,9 +127,9 @@ awk -v variants="$variant_names" -v with_mpi="${mpi_tool:+1}" -v tag_bytes="$tag
     busbw[tool, key] = busbw[tool, key] " " $8
   }
   END {
-    t = median(bw["tagbw"]); b = median(bw["bothways"])
+    t = median(bw["tagbw"]); b = median(bw["bothways"]); share = t > 0 ? 100 * b / t : 0
     printf "# ucx_perftest tag_bw %d B over TCP: %.2f GB/s (median); two pairs at once: %.2f GB/s per direction (%.0f%%)\n",
-           tag_bytes, t, b, t > 0 ? 100 * b / t : 0
+           tag_bytes, t, b, share
     nv = split(variants, vname, " ")
     printf "# %5s  %10s  %8s", "ranks", "size", "antdt"
     for (v = 1; v <= nv; v++) printf "  %10s", substr(vname[v], 5)
