@@ -965,7 +965,9 @@ unsigned UcxTransport::drive() {
   for (unsigned round = 0; round < kMaxProgressRounds; ++round) {
     // Payload halves go out (held ones, tests) and are received right after
     // their header halves, so each pair costs one pass.
-    const unsigned n = ucp_worker_progress(worker_.get()) + post_payload_halves() + release_held_payloads();
+    unsigned n = ucp_worker_progress(worker_.get());
+    n += post_payload_halves();
+    n += release_held_payloads();
     events += n;
     if (n == 0) break;
   }
