@@ -34,6 +34,7 @@ constexpr std::size_t kMaxNodeIdBytes = 255;
 constexpr long long kMaxChunkBytes = 1LL << 30;
 constexpr long long kMaxShmBytes = 1LL << 20;  // the segment holds 2 x ranks slots of this size
 constexpr long long kMinShmBulkBytes = 4LL << 10, kMaxShmBulkBytes = 64LL << 20;  // 3 x ranks slots of this size
+constexpr long long kMaxUcxSplitBytes = 1LL << 30;
 constexpr std::size_t kSecretHexDigits = 32;
 constexpr long long kMinMonitorWindow = 4;
 constexpr long long kMaxMonitorWindow = 65536;
@@ -376,6 +377,7 @@ Config Config::from_env(const Lookup& lookup) {
   if (auto v = env.integer("ANTDT_SPIN_US", 0, kMaxSpinUs, "microseconds")) c.spin_before_sleep = std::chrono::microseconds(*v);
   if (auto v = env.choice("ANTDT_BIND", kBindModes)) c.bind = *v;
   if (auto v = env.choice("ANTDT_ASYNC_PROGRESS", kAsyncProgress)) c.progress_thread = *v;
+  if (auto v = env.bytes("ANTDT_UCX_SPLIT_BYTES", 0, kMaxUcxSplitBytes)) c.ucx_split_bytes = static_cast<std::size_t>(*v);
 
   if (auto v = env.integer("ANTDT_RANK", 0, INT_MAX - 1, "this process's rank")) c.rank = static_cast<int>(*v);
   if (auto v = env.integer("ANTDT_WORLD_SIZE", 1, INT_MAX, "number of ranks")) c.world_size = static_cast<int>(*v);
@@ -489,6 +491,7 @@ std::vector<std::string> Config::describe() const {
   lines.push_back(cat("ANTDT_SPIN_US=", spin_before_sleep.count()));
   lines.push_back(cat("ANTDT_BIND=", name_of(bind, kBindModes)));
   lines.push_back(cat("ANTDT_ASYNC_PROGRESS=", name_of(progress_thread, kAsyncProgress)));
+  lines.push_back(cat("ANTDT_UCX_SPLIT_BYTES=", format_bytes(ucx_split_bytes)));
   lines.push_back(cat("ANTDT_RANK=", optional_int(rank)));
   lines.push_back(cat("ANTDT_WORLD_SIZE=", optional_int(world_size)));
   lines.push_back(cat("ANTDT_LOCAL_RANK=", optional_int(local_rank)));

@@ -35,6 +35,7 @@ struct Config {
   std::chrono::microseconds spin_before_sleep{50};           // ANTDT_SPIN_US, 0..1000000
   BindMode bind = BindMode::automatic;                       // ANTDT_BIND=auto|none|cores|numa
   bool progress_thread = true;                               // ANTDT_ASYNC_PROGRESS=thread|caller: who runs non-blocking collectives
+  std::size_t ucx_split_bytes = 64u << 10;                   // ANTDT_UCX_SPLIT_BYTES, 0..1G: payloads this large go as a contiguous UCX message of their own (0: never)
 
   // Job membership (bootstrap). Unset optionals mean "not given".
   std::optional<int> rank;                                   // ANTDT_RANK

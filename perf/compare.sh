@@ -112,13 +112,7 @@ gloo_files=()
 [[ -n "$gloo_tool" ]] && gloo_files=("$work"/gloo.*)
 base_files=()
 [[ -n "$base_tool" ]] && base_files=("$work"/base.*)
-awk -v with_gloo="${gloo_tool:+1}" -v with_base="${base_tool:+1}" '
-  function median(list,   n, v, i, j, t) {
-    n = split(list, v, " ")
-    if (n == 0) return 0
-    for (i = 2; i <= n; i++) { t = v[i] + 0; for (j = i - 1; j >= 1 && v[j] + 0 > t; j--) v[j + 1] = v[j]; v[j + 1] = t }
-    return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-  }
+awk -v with_gloo="${gloo_tool:+1}" -v with_base="${base_tool:+1}" "$(<"$(dirname "$0")/median.awk")"'
   function ratio(a, b) { return b > 0 ? sprintf("%6.2f", a / b) : "   N/A" }
   FNR == 1 { tool = FILENAME; sub(/^.*\//, "", tool); sub(/\.[0-9]+$/, "", tool) }
   /^#/ || NF < 13 { next }

@@ -88,13 +88,7 @@ for ((i = 0; i < launches; i++)); do
   run_mpi "$work/mpi.$i" || { cat "$work/mpi.$i" >&2; echo "netns_compare.sh: Open MPI failed" >&2; exit 1; }
 done
 
-awk '
-  function median(list,   n, v, i, j, t) {
-    n = split(list, v, " ")
-    if (n == 0) return 0
-    for (i = 2; i <= n; i++) { t = v[i] + 0; for (j = i - 1; j >= 1 && v[j] + 0 > t; j--) v[j + 1] = v[j]; v[j + 1] = t }
-    return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-  }
+awk "$(<"$here/median.awk")"'
   function ratio(a, b) { return b > 0 ? sprintf("%6.2f", a / b) : "   N/A" }
   FNR == 1 { tool = FILENAME; sub(/^.*\//, "", tool); sub(/\.[0-9]+$/, "", tool) }
   /^#/ || NF < 13 { next }

@@ -3,6 +3,7 @@
 // timeouts, abort (same thread and another thread), cancel, all-to-all, and
 // teardown in any order. The idle-CPU test only prints (no timing asserts).
 #include "transport_fixtures.hpp"
+#include "test_environment.hpp"
 #include "transport/transport_checks.hpp"
 
 #include <gtest/gtest.h>
@@ -22,6 +23,7 @@ using transport::AbortInfo;
 using transport::kMaxTag;
 using transport::MessageHeader;
 using transport::State;
+using test::ScopedEnv;
 
 std::string state_name(State s) {
   switch (s) {
@@ -59,7 +61,7 @@ class TransportTest : public ::testing::TestWithParam<Kind> {
   Kind kind() const { return GetParam(); }
 };
 
-INSTANTIATE_TEST_SUITE_P(Both, TransportTest, ::testing::Values(Kind::inproc, Kind::ucx),
+INSTANTIATE_TEST_SUITE_P(Both, TransportTest, ::testing::Values(Kind::inproc, Kind::ucx, Kind::ucx_split),
                          [](const ::testing::TestParamInfo<Kind>& param) { return kind_name(param.param); });
 
 // ---------------------------------------------------------------------------
@@ -69,7 +71,7 @@ TEST_P(TransportTest, PingPongOfEverySizeArrivesIntact) {
   const std::array<std::size_t, 5> sizes{0, 1, 8 << 10, 1 << 20, (8 << 20) + 3};
   auto outcomes = run_group(kind(), 2, [&](Transport& t) {
     EXPECT_EQ(t.size(), 2);
-    EXPECT_EQ(t.name(), kind_name(kind()));
+    EXPECT_EQ(t.name(), transport_name(kind()));
     const int peer = 1 - t.rank();
     for (std::size_t i = 0; i < sizes.size(); ++i) {
       const std::size_t n = sizes[i];
@@ -103,10 +105,10 @@ TEST_P(TransportTest, PingPongOfEverySizeArrivesIntact) {
   EXPECT_EQ(failures(outcomes), "");
 }
 
-// UCX sends payloads of 64 KiB and more as a header message and a payload
-// message of their own: a small message into a large receive, then large ones
-// on the same tag, and a large one into a receive just big enough, all land in
-// order and in place.
+// UCX sends payloads of 64 KiB and more as a header half and a payload half
+// of their own (ucx_split: every payload): a small message into a large
+// receive, then large ones on the same tag, and a large one into a receive
+// just big enough, all land in order and in place.
 TEST_P(TransportTest, SmallAndLargeMessagesShareATagInOrder) {
   const std::array<std::size_t, 4> sizes{1000, 1 << 20, 64 << 10, (64 << 10) - 1};
   auto outcomes = run_group(kind(), 2, [&](Transport& t) {
@@ -134,6 +136,235 @@ TEST_P(TransportTest, SmallAndLargeMessagesShareATagInOrder) {
     }
   });
   EXPECT_EQ(failures(outcomes), "");
+}
+
+// Many messages on one tag, of every size around the forms' boundaries (empty;
+// smaller than a header half's trailer, which UCX stages; small; just below,
+// at and above the split size; rendezvous), half the receives posted before
+// the sends and half after they arrived: each lands whole, in order, in its
+// own buffer, and nothing is written past what arrived. A header half paired
+// with the wrong payload half shows as misplaced data or a wrong length.
+TEST_P(TransportTest, MixedSizesOnOneTagPairHeadersWithTheirPayloads) {
+  const std::array<std::size_t, 8> sizes{0, 5, 16, 1000, (64 << 10) - 1, 64 << 10, 300000, (1 << 20) + 3};
+  constexpr std::size_t kMessages = 32;
+  auto size_of = [&](std::size_t i) { return sizes[(i * 5) % sizes.size()]; };
+  auto room_of = [&](std::size_t i) { return size_of(i) + (i % 3 == 0 ? 4096 : 0); };
+  auto outcomes = run_group(kind(), 2, [&](Transport& t) {
+    std::vector<std::vector<std::byte>> buffers(kMessages);
+    std::vector<Completion> ops(kMessages);
+    std::vector<Completion*> all;
+    for (auto& op : ops) all.push_back(&op);
+    if (t.rank() == 0) {
+      for (std::size_t i = 0; i < kMessages; ++i) {
+        buffers[i] = pattern(size_of(i), 500 + i);
+        ops[i].header = header_for(i, size_of(i));
+        t.post_send(1, 12, bytes_of(buffers[i]), ops[i]);
+      }
+    } else {
+      auto post = [&](std::size_t i) {
+        buffers[i].assign(room_of(i), std::byte{0x5a});
+        t.post_recv(0, 12, bytes_of(buffers[i]), ops[i]);
+      };
+      for (std::size_t i = 0; i < kMessages / 2; ++i) post(i);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the rest arrive unexpected
+      for (std::size_t i = kMessages / 2; i < kMessages; ++i) post(i);
+    }
+    ASSERT_EQ(t.wait(all, Clock::now() + kTestWait), WaitResult::done);
+    for (std::size_t i = 0; i < kMessages; ++i) {
+      ASSERT_EQ(ops[i].state.load(), State::done) << "message " << i << ": " << ops[i].error;
+      if (t.rank() == 0) continue;
+      const auto expected = pattern(size_of(i), 500 + i);
+      EXPECT_TRUE(same_header(ops[i].header, header_for(i, size_of(i)))) << "message " << i;
+      EXPECT_EQ(ops[i].received_bytes, size_of(i)) << "message " << i;
+      EXPECT_TRUE(std::equal(expected.begin(), expected.end(), buffers[i].begin())) << "data of message " << i;
+      if (room_of(i) > size_of(i)) {
+        EXPECT_EQ(buffers[i][size_of(i)], std::byte{0x5a}) << "written past message " << i;
+      }
+    }
+  });
+  EXPECT_EQ(failures(outcomes), "");
+}
+
+// Truncation on one tag, receives posted before the sends: a rendezvous-sized
+// message into 100 bytes, one that fits, 10 bytes into a 4-byte buffer (which
+// UCX stages), 3 bytes into it, a large one that fits. Each truncated receive
+// fails naming both sizes; every send completes (a truncated payload the
+// receiver did not take would leave the sender's rendezvous pending); the
+// messages after each truncation arrive intact.
+TEST_P(TransportTest, TruncationOnOneTagLeavesTheNextMessagesIntact) {
+  struct Case {
+    std::size_t sent, room;
+  };
+  const std::array<Case, 5> cases{{{2 << 20, 100}, {1 << 20, 1 << 20}, {10, 4}, {3, 4}, {300000, 300000}}};
+  auto outcomes = run_group(kind(), 2, [&](Transport& t) {
+    std::vector<std::vector<std::byte>> buffers(cases.size());
+    std::array<Completion, cases.size()> ops;
+    std::vector<Completion*> all;
+    for (auto& op : ops) all.push_back(&op);
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      if (t.rank() == 0) {
+        buffers[i] = pattern(cases[i].sent, 600 + i);
+        ops[i].header = header_for(i, cases[i].sent);
+        t.post_send(1, 13, bytes_of(buffers[i]), ops[i]);
+      } else {
+        buffers[i].assign(cases[i].room, std::byte{0x5a});
+        t.post_recv(0, 13, bytes_of(buffers[i]), ops[i]);
+      }
+    }
+    ASSERT_EQ(t.wait(all, Clock::now() + kTestWait), WaitResult::done) << "an operation never ended";
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      const Completion& op = ops[i];
+      if (t.rank() == 0) {
+        EXPECT_EQ(op.state.load(), State::done) << "send " << i << ": " << op.error;
+        continue;
+      }
+      if (cases[i].sent > cases[i].room) {
+        EXPECT_EQ(op.state.load(), State::failed) << "receive " << i;
+        EXPECT_TRUE(op.truncated) << "receive " << i << ": " << op.error;
+        EXPECT_NE(op.error.find(std::to_string(cases[i].sent) + " payload bytes"), std::string::npos) << op.error;
+        EXPECT_NE(op.error.find(std::to_string(cases[i].room) + " payload bytes"), std::string::npos) << op.error;
+        continue;
+      }
+      ASSERT_EQ(op.state.load(), State::done) << "receive " << i << ": " << op.error;
+      const auto expected = pattern(cases[i].sent, 600 + i);
+      EXPECT_EQ(op.received_bytes, cases[i].sent) << "receive " << i;
+      EXPECT_TRUE(same_header(op.header, header_for(i, cases[i].sent))) << "receive " << i;
+      EXPECT_TRUE(std::equal(expected.begin(), expected.end(), buffers[i].begin())) << "data of receive " << i;
+      if (cases[i].room > cases[i].sent) {
+        EXPECT_EQ(buffers[i][cases[i].sent], std::byte{0x5a}) << "receive " << i;
+      }
+    }
+  });
+  EXPECT_EQ(failures(outcomes), "");
+}
+
+// UCX split messages caught between their halves (UcxOptions::hold_split_payloads
+// keeps the payload half in the sender while the header half goes out).
+constexpr std::size_t kHeldBytes = std::size_t{1} << 20;  // split in both UCX kinds
+
+// Cancelling a receive whose header half has matched waits for the payload
+// half and takes it: the receive ends done with its data (cancel "lost the
+// race"), its buffer is not left to UCX, and the next message on the tag is
+// the next one sent (not the orphaned payload of the cancelled one).
+TEST_P(TransportTest, CancelAfterTheHeaderHalfArrivedTakesThePayload) {
+  if (kind() == Kind::inproc) GTEST_SKIP() << "inproc messages are never split";
+  auto hold = std::make_shared<std::atomic<bool>>(true);
+  ThreadBarrier posted(2);
+  constexpr auto kHeldFor = std::chrono::milliseconds(300);
+  auto outcomes = run_group(
+      kind(), 2,
+      [&](Transport& t) {
+        const auto first = pattern(kHeldBytes, 71), second = pattern(kHeldBytes, 72);
+        Completion op, next;
+        if (t.rank() == 0) {
+          op.header = header_for(1, kHeldBytes);
+          t.post_send(1, 14, bytes_of(first), op);
+          posted.arrive_and_wait();
+          std::this_thread::sleep_for(kHeldFor);
+          hold->store(false);
+          require_done(wait_for(t, {&op}), op, "the held send");
+          next.header = header_for(2, kHeldBytes);
+          t.post_send(1, 14, bytes_of(second), next);
+          require_done(wait_for(t, {&next}), next, "the send after it");
+          return;
+        }
+        std::vector<std::byte> in(kHeldBytes), in_next(kHeldBytes);
+        t.post_recv(0, 14, bytes_of(in), op);
+        posted.arrive_and_wait();
+        const auto start = Clock::now();
+        while (Clock::now() - start < std::chrono::milliseconds(100)) t.progress();  // the header half matches
+        ASSERT_TRUE(op.pending()) << "the payload half was held, yet the receive ended: " << op.error;
+        t.cancel(op);
+        const auto waited = Clock::now() - start;
+        ASSERT_EQ(op.state.load(), State::done) << op.error;
+        EXPECT_GE(waited, kHeldFor / 2) << "cancel returned before the held payload half was released";
+        EXPECT_TRUE(same_header(op.header, header_for(1, kHeldBytes)));
+        EXPECT_EQ(op.received_bytes, kHeldBytes);
+        EXPECT_TRUE(in == first) << "the cancelled receive's data";
+        t.post_recv(0, 14, bytes_of(in_next), next);
+        require_done(wait_for(t, {&next}), next, "the receive after the cancel");
+        EXPECT_TRUE(same_header(next.header, header_for(2, kHeldBytes)));
+        EXPECT_TRUE(in_next == second) << "the next receive did not get the next message";
+      },
+      transport_config(), Close::together, {}, hold);
+  EXPECT_EQ(failures(outcomes), "");
+}
+
+// A payload half that never comes (the sender holds it, then aborts): the
+// receive whose header half matched, and the send, each end within the
+// transport's bounds once cancelled, never done, and nothing hangs at close.
+TEST_P(TransportTest, PayloadHalfThatNeverComesEndsBoundedOnCancel) {
+  if (kind() == Kind::inproc) GTEST_SKIP() << "inproc messages are never split";
+  auto hold = std::make_shared<std::atomic<bool>>(true);
+  ThreadBarrier posted(2), matched(2);
+  auto outcomes = run_group(
+      kind(), 2,
+      [&](Transport& t) {
+        const auto out = pattern(kHeldBytes, 73);
+        std::vector<std::byte> in(kHeldBytes);
+        Completion op;
+        if (t.rank() == 0) {
+          t.post_send(1, 15, bytes_of(out), op);
+        } else {
+          t.post_recv(0, 15, bytes_of(in), op);
+        }
+        posted.arrive_and_wait();
+        const auto start = Clock::now();
+        while (Clock::now() - start < std::chrono::milliseconds(100)) t.progress();
+        matched.arrive_and_wait();
+        if (t.rank() == 0) t.abort(static_cast<int>(Status::aborted), "the payload half is never sent");
+        EXPECT_EQ(wait_for(t, {&op}, std::chrono::seconds(5)), WaitResult::aborted);
+        const auto cancelled = Clock::now();
+        t.cancel(op);
+        const auto took = Clock::now() - cancelled;
+        EXPECT_FALSE(op.pending());
+        EXPECT_NE(op.state.load(), State::done) << (t.rank() == 0 ? "send" : "receive");
+        EXPECT_LT(took, std::chrono::seconds(4)) << "cancel took longer than its bounds";
+      },
+      transport_config(), Close::together, {}, hold);
+  EXPECT_EQ(failures(outcomes), "");
+}
+
+// The sender closes (its transport goes) between the halves, over TCP (the
+// network path, where the receiver sees the connection close): the receive
+// whose header half matched fails naming the peer, as PeerLostError then
+// does, and never ends done. (Over shared memory UCX notices a peer that
+// closed, rather than died, only when an operation with it is cancelled.)
+TEST_P(TransportTest, ReceiveBetweenTheHalvesFailsWhenThePeerCloses) {
+  if (kind() != Kind::ucx) GTEST_SKIP() << "split messages over TCP: ucx only (ucx_split splits the same way)";
+  ScopedEnv tcp("UCX_TLS", "tcp,self");
+  auto hold = std::make_shared<std::atomic<bool>>(true);
+  ThreadBarrier posted(2), matched(2);
+  // Outlives rank 0's transport, which ends it when it closes.
+  const auto out = pattern(kHeldBytes, 74);
+  Completion held_send;
+  auto outcomes = run_group(
+      kind(), 2,
+      [&](Transport& t) {
+        if (t.rank() == 0) {
+          t.post_send(1, 16, bytes_of(out), held_send);
+          posted.arrive_and_wait();
+          matched.arrive_and_wait();
+          return;  // and closes its transport, the payload half still held
+        }
+        std::vector<std::byte> in(kHeldBytes);
+        Completion op;
+        t.post_recv(0, 16, bytes_of(in), op);
+        posted.arrive_and_wait();
+        const auto start = Clock::now();
+        while (Clock::now() - start < std::chrono::milliseconds(100)) t.progress();
+        matched.arrive_and_wait();
+        const WaitResult result = wait_for(t, {&op}, std::chrono::seconds(5));
+        if (result != WaitResult::done) t.cancel(op);
+        ASSERT_EQ(result, WaitResult::done) << "the closed peer was not noticed within 5 s";
+        EXPECT_EQ(op.state.load(), State::failed) << "a receive whose payload half was never sent ended done";
+        EXPECT_NE(op.error.find("peer rank 0"), std::string::npos) << op.error;
+        EXPECT_TRUE(t.peer_failure(0).has_value());
+      },
+      transport_config(), Close::when_done, {}, hold);
+  EXPECT_EQ(failures(outcomes), "");
+  EXPECT_FALSE(held_send.pending()) << "closing the transport left a send pending";
+  EXPECT_NE(held_send.state.load(), State::done);
 }
 
 TEST_P(TransportTest, MessagesWithOneTagMatchInSendOrder) {

@@ -10,6 +10,7 @@
 #include "transport/transport.hpp"
 #include "transport/ucx/ucx_transport.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -33,9 +34,17 @@ using transport::Deadline;
 using transport::Transport;
 using transport::WaitResult;
 
-enum class Kind { inproc, ucx };
+// ucx_split: UCX with every non-empty payload sent as a split message (header
+// half, then the payload as a contiguous message of its own;
+// ANTDT_UCX_SPLIT_BYTES=1), so each transport test also covers that form at
+// every size. Plain ucx splits from 64 KiB, the default.
+enum class Kind { inproc, ucx, ucx_split };
 
-inline std::string kind_name(Kind kind) { return kind == Kind::inproc ? "inproc" : "ucx"; }
+inline std::string kind_name(Kind kind) {
+  return kind == Kind::inproc ? "inproc" : kind == Kind::ucx ? "ucx" : "ucx_split";
+}
+// What Transport::name() says.
+inline std::string transport_name(Kind kind) { return kind == Kind::inproc ? "inproc" : "ucx"; }
 
 // UCX: shared memory and TCP only (no probing of devices this machine lacks);
 // an explicit UCX_TLS in the environment wins.
@@ -93,11 +102,15 @@ enum class Close {
 // Runs body(transport) on `n` threads, rank r on thread r. Each thread makes
 // and destroys its own transport, as ranks as threads do in the library.
 // `device_copy`: when set, the transports accept device payloads (inproc
-// copies them with it; UCX takes them as host memory).
+// copies them with it; UCX takes them as host memory). `hold_split_payloads`:
+// UCX holds the payload halves of split messages while it is true.
 inline Outcomes run_group(Kind kind, int n, const std::function<void(Transport&)>& body,
-                          const Config& cfg = transport_config(), Close close = Close::together,
-                          const transport::InprocFabric::DeviceCopy& device_copy = {}) {
-  if (kind == Kind::ucx) prepare_ucx_environment();
+                          const Config& config = transport_config(), Close close = Close::together,
+                          const transport::InprocFabric::DeviceCopy& device_copy = {},
+                          const std::shared_ptr<std::atomic<bool>>& hold_split_payloads = {}) {
+  if (kind != Kind::inproc) prepare_ucx_environment();
+  Config cfg = config;
+  if (kind == Kind::ucx_split) cfg.ucx_split_bytes = 1;
   auto fabric = std::make_shared<transport::InprocFabric>(n, device_copy);
   auto rendezvous = std::make_shared<InprocRendezvous>(n, std::chrono::milliseconds(kTestWait));
   ThreadBarrier all_done(n);
@@ -114,7 +127,9 @@ inline Outcomes run_group(Kind kind, int n, const std::function<void(Transport&)
         } else {
           InprocBootstrap boot(rendezvous, r);
           t = transport::make_ucx_transport(
-              boot, cfg, transport::UcxOptions{.device_payloads_in_host_memory = static_cast<bool>(device_copy)});
+              boot, cfg,
+              transport::UcxOptions{.device_payloads_in_host_memory = static_cast<bool>(device_copy),
+                                    .hold_split_payloads = hold_split_payloads});
         }
         try {
           body(*t);

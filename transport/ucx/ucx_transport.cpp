@@ -40,13 +40,46 @@ constexpr std::uint64_t kAbortMask = kControlBit | kHelloBit;
 // Within the data space: set for bare device-payload messages (post_send_device),
 // so they never match a headed receive, nor the other way round.
 constexpr std::uint64_t kBareBit = std::uint64_t{1} << 61;
+// Within the data space: set for the payload half of a split message, whose
+// tag has the split number where a user tag would be. (The same bit with bit
+// 63 marks the handshake; the control receive needs bit 63 set, so it never
+// takes a payload half.)
+constexpr std::uint64_t kPayloadBit = std::uint64_t{1} << 62;
 constexpr std::uint64_t kFullMask = ~std::uint64_t{0};
-static_assert(kTagBits + kRankBits < 61, "user tag and source rank must stay clear of the bare and control bits");
+static_assert(kTagBits + kRankBits < 61, "user tag and source rank must stay clear of the bare, payload and control bits");
 constexpr int kMaxRanks = 1 << kRankBits;
 
 std::uint64_t data_tag(std::uint64_t tag, int source) noexcept {
   return (tag << kRankBits) | static_cast<std::uint64_t>(source);
 }
+// Split numbers count per sender and destination and wrap after 2^40 split
+// messages, long after the earlier ones with a number have been received.
+std::uint64_t payload_tag(std::uint64_t split_number, int source) noexcept {
+  return kPayloadBit | data_tag(split_number & kMaxTag, source);
+}
+
+// In front of the MessageHeader of every headed message: which form it is
+// and, for a header half, which payload half follows (host byte order, as the
+// MessageHeader). The receiver cannot tell the forms by the tag, as UCX 1.13
+// does not report the sender's tag to a receive's callback (its
+// ucp_tag_recv_info_t::sender_tag came back as garbage here), nor by the
+// MessageHeader, which raw users of the transport need not fill in.
+struct WirePrefix {
+  static constexpr std::uint32_t kSingle = 0x53445441;  // "ATDS": the payload follows in this message
+  static constexpr std::uint32_t kSplit = 0x48445441;   // "ATDH": a header half; the payload half follows
+  std::uint32_t form = kSingle;
+  std::uint32_t reserved = 0;
+  std::uint64_t split_number = 0;   // header half: the payload half's number
+  std::uint64_t payload_bytes = 0;  // header half: the payload half's length
+};
+static_assert(sizeof(WirePrefix) == 24);
+// A header half as it travels: one contiguous buffer.
+struct HeaderHalf {
+  WirePrefix prefix;
+  MessageHeader header;
+};
+static_assert(sizeof(HeaderHalf) == sizeof(WirePrefix) + sizeof(MessageHeader));
+constexpr std::size_t kHeadBytes = sizeof(HeaderHalf);  // in front of a single message's payload
 std::uint64_t control_tag(int source) noexcept { return kControlBit | static_cast<std::uint64_t>(source); }
 std::uint64_t hello_tag(int source) noexcept { return kControlBit | kHelloBit | static_cast<std::uint64_t>(source); }
 
@@ -212,13 +245,26 @@ class UcxTransport final : public Transport {
     UcxTransport* owner = nullptr;
     Completion* done = nullptr;  // null once detached (the caller no longer waits for it)
     void* request = nullptr;     // the UCX request while one is outstanding
-    std::array<ucp_dt_iov_t, 2> iov{};  // [header, payload]; UCX reads it until completion
+    std::array<ucp_dt_iov_t, 3> iov{};  // [prefix, header, payload]; UCX reads it until completion
     std::uint64_t tag = 0;
-    std::size_t capacity = 0;  // receive: payload bytes the buffer holds
+    std::byte* buffer = nullptr;  // the caller's payload
+    std::size_t capacity = 0;     // receive: payload bytes the buffer holds; send: the payload's size
     int peer = -1;
     bool is_recv = false;
     bool bare = false;  // a device-payload message: no header
     bool cancel_requested = false;
+    // Sends: the UCX operations not completed yet (one, or the two halves of
+    // a split message) and the first failure among them.
+    int parts_pending = 0;
+    ucs_status_t parts_status = UCS_OK;
+    void* payload_request = nullptr;  // send: the payload half's request while outstanding
+    // The prefix (and, for a split send, the header half) on the wire; a
+    // receive's prefix lands here.
+    HeaderHalf wire{};
+    bool header_arrived = false;   // a header half matched; its payload half is (to be) received
+    bool payload_posted = false;   // `request` is now the payload half's receive
+    std::uint64_t payload_tag = 0;   // the payload half's UCP tag
+    std::size_t payload_bytes = 0;   // its length, as the header half says
     OpSlot* prev = nullptr;  // in the active list
     OpSlot* next = nullptr;  // in the active list, or the free list
   };
@@ -227,6 +273,7 @@ class UcxTransport final : public Transport {
     UcxTransport* owner = nullptr;
     int rank = -1;
     ucp_ep_h ep = nullptr;
+    std::uint64_t next_split = 0;  // the split number of the next split message to this peer
     bool failed = false;
     bool failure_handled = false;
     std::string failure;  // "peer rank N failed: ..."
@@ -271,9 +318,21 @@ class UcxTransport final : public Transport {
 
   void send(int peer, std::uint64_t tag, std::span<const std::byte> payload, Completion& done, bool bare);
   void recv(int peer, std::uint64_t tag, std::span<std::byte> payload, Completion& done, bool bare);
-  // The UCX datatype, buffer and entry count of a slot's message.
-  void describe_message(OpSlot& slot, std::span<const std::byte> payload, Completion& done, ucp_request_param_t& param,
-                        void*& buffer, std::size_t& count);
+  // The UCX datatype, buffer and entry count of a slot's (single) message.
+  void describe_message(OpSlot& slot, Completion& done, ucp_request_param_t& param, void*& buffer, std::size_t& count);
+  bool splits(std::size_t payload_bytes, bool bare) const noexcept {
+    return !bare && split_bytes_ > 0 && payload_bytes >= split_bytes_;
+  }
+  // Posts one UCX send of a slot; `request` keeps it while outstanding.
+  static ucp_request_param_t send_param(OpSlot& slot);
+  void post_send_part(ucp_ep_h ep, void* buffer, std::size_t count, std::uint64_t ucp_tag,
+                      const ucp_request_param_t& param, OpSlot& slot, void*& request);
+  void post_held_payload(OpSlot& slot);
+  void finish_send_part(OpSlot& slot, ucs_status_t status);
+  // A header half matched `slot`'s receive: its payload half is posted by post_payload_halves().
+  void header_half_arrived(OpSlot& slot, std::size_t length);
+  unsigned post_payload_halves();
+  unsigned release_held_payloads();
   OpSlot& acquire_slot();
   void release_slot(OpSlot& slot) noexcept;
   void finish_send(OpSlot& slot, ucs_status_t status);
@@ -308,6 +367,8 @@ class UcxTransport final : public Transport {
   ucs_memory_type_t device_memory_type_ = UCS_MEMORY_TYPE_CUDA;
   ProgressMode progress_mode_;
   std::chrono::microseconds spin_;
+  std::size_t split_bytes_;  // Config::ucx_split_bytes: payloads this large are split (0: never)
+  std::shared_ptr<std::atomic<bool>> hold_split_payloads_;  // UcxOptions (tests)
 
   // Declaration order is destruction order in reverse: the worker goes before
   // the context, and before the slots its callbacks point into.
@@ -323,6 +384,11 @@ class UcxTransport final : public Transport {
   std::vector<std::string> identities_;  // index = rank: "pid P on host H" as the peer reported it
   void record_lost(int rank, const std::string& failure);
   std::vector<void*> closing_requests_;  // endpoint closes still in flight
+  // Receives whose header half arrived, in arrival order; their payload
+  // halves are posted by drive() and recv(), outside UCX's callbacks.
+  std::vector<OpSlot*> header_halves_;
+  // Sends whose payload half waits for UcxOptions::hold_split_payloads (tests).
+  std::vector<OpSlot*> held_payloads_;
 
   // Control traffic.
   std::array<std::byte, kAbortMaxBytes> control_rx_{};
@@ -359,7 +425,9 @@ UcxTransport::UcxTransport(Bootstrap& boot, const Config& cfg, const UcxOptions&
     : rank_(boot.rank()),
       size_(boot.size()),
       progress_mode_(cfg.progress),
-      spin_(cfg.spin_before_sleep) {
+      spin_(cfg.spin_before_sleep),
+      split_bytes_(cfg.ucx_split_bytes),
+      hold_split_payloads_(options.hold_split_payloads) {
   ANTDT_CHECK_ARG(size_ >= 1 && size_ <= kMaxRanks, "make_ucx_transport: group size ", size_, " is outside [1, ",
                   kMaxRanks, "]");
   check_peer(rank_, size_, "make_ucx_transport");
@@ -466,7 +534,9 @@ UcxTransport::UcxTransport(Bootstrap& boot, const Config& cfg, const UcxOptions&
   post_control_recv();
   connect_all(cfg.timeout);
   ANTDT_INFO("ucx transport: rank ", rank_, " of ", size_, " ready (worker address ", my_address.size(),
-             " bytes; device payloads ", device_payloads_ ? "accepted" : "not accepted: UCX lacks CUDA support", ")");
+             " bytes; device payloads ", device_payloads_ ? "accepted" : "not accepted: UCX lacks CUDA support",
+             "; payloads of ", split_bytes_ > 0 ? cat(split_bytes_, " bytes and more") : std::string("no size"),
+             " sent as a contiguous message of their own)");
 }
 
 // UCX connects an endpoint on its first use, which needs both sides to drive
@@ -580,23 +650,34 @@ void UcxTransport::finish_send(OpSlot& slot, ucs_status_t status) {
   release_slot(slot);
 }
 
+void UcxTransport::finish_send_part(OpSlot& slot, ucs_status_t status) {
+  if (status != UCS_OK && slot.parts_status == UCS_OK) slot.parts_status = status;
+  if (--slot.parts_pending == 0) finish_send(slot, slot.parts_status);
+}
+
 void UcxTransport::finish_recv(OpSlot& slot, ucs_status_t status, std::size_t length) {
   if (Completion* op = slot.done) {
     const Peer& peer = peers_[static_cast<std::size_t>(slot.peer)];
-    const std::size_t header = slot.bare ? 0 : sizeof(MessageHeader);
+    // A payload half is the payload alone; a single message has the header in front.
+    const std::size_t header = slot.bare || slot.payload_posted ? 0 : kHeadBytes;
+    const std::size_t capacity = slot.payload_posted ? slot.payload_bytes : slot.capacity;
     if (status == UCS_OK) {
+      const std::size_t payload = length - std::min(length, header);
       if (length < header) {
         end(*op, State::failed,
             cat("message from rank ", slot.peer, " with tag ", slot.tag, " has ", length,
-                " bytes, less than a message header (", sizeof(MessageHeader), ")"));
+                " bytes, less than a message header (", kHeadBytes, ")"));
+      } else if (header > 0 && slot.wire.prefix.form != WirePrefix::kSingle) {
+        end(*op, State::failed,
+            cat("message from rank ", slot.peer, " with tag ", slot.tag, " is malformed (form ",
+                slot.wire.prefix.form, ")"));
       } else {
-        op->received_bytes = length - header;
+        op->received_bytes = payload;
         end(*op, State::done);
       }
     } else if (status == UCS_ERR_MESSAGE_TRUNCATED) {
-      const std::string incoming = length > slot.capacity + header
-                                       ? cat(length - header, " payload bytes")
-                                       : std::string("a longer payload");
+      const std::string incoming = length > capacity + header ? cat(length - header, " payload bytes")
+                                                              : std::string("a longer payload");
       op->truncated = true;
       end(*op, State::failed, truncation_error(slot.peer, slot.tag, slot.capacity, incoming));
     } else if (peer.failed) {
@@ -614,8 +695,8 @@ void UcxTransport::finish_recv(OpSlot& slot, ucs_status_t status, std::size_t le
 void UcxTransport::on_send_done(void* request, ucs_status_t status, void* user_data) {
   auto* slot = static_cast<OpSlot*>(user_data);
   ucp_request_free(request);
-  slot->request = nullptr;
-  slot->owner->finish_send(*slot, status);
+  (request == slot->payload_request ? slot->payload_request : slot->request) = nullptr;
+  slot->owner->finish_send_part(*slot, status);
 }
 
 void UcxTransport::on_recv_done(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
@@ -623,7 +704,108 @@ void UcxTransport::on_recv_done(void* request, ucs_status_t status, const ucp_ta
   auto* slot = static_cast<OpSlot*>(user_data);
   ucp_request_free(request);
   slot->request = nullptr;
-  slot->owner->finish_recv(*slot, status, info != nullptr ? info->length : 0);
+  const std::size_t length = info != nullptr ? info->length : 0;
+  if (status == UCS_OK && !slot->bare && !slot->payload_posted && slot->wire.prefix.form == WirePrefix::kSplit) {
+    slot->owner->header_half_arrived(*slot, length);
+    return;
+  }
+  slot->owner->finish_recv(*slot, status, length);
+}
+
+// ---------------------------------------------------------------------------
+// Split messages
+// ---------------------------------------------------------------------------
+void UcxTransport::header_half_arrived(OpSlot& slot, std::size_t length) {
+  if (length != kHeadBytes) {
+    // Not what a sender of this transport sends; nothing to pair it with.
+    if (Completion* op = slot.done) {
+      end(*op, State::failed,
+          cat("message from rank ", slot.peer, " with tag ", slot.tag, " is a malformed split header of ", length,
+              " bytes (", kHeadBytes, " expected)"));
+    }
+    release_slot(slot);
+    return;
+  }
+  slot.header_arrived = true;
+  slot.payload_bytes = static_cast<std::size_t>(slot.wire.prefix.payload_bytes);
+  slot.payload_tag = payload_tag(slot.wire.prefix.split_number, slot.peer);
+  header_halves_.push_back(&slot);
+}
+
+unsigned UcxTransport::post_payload_halves() {
+  // Posting may complete a payload half at once (its callback runs inside);
+  // that never appends here: only header halves do.
+  const auto posted = static_cast<unsigned>(header_halves_.size());
+  for (std::size_t i = 0; i < header_halves_.size(); ++i) {
+    OpSlot& slot = *header_halves_[i];
+    if (closing_) {  // the payload half is left to drain_unexpected()
+      if (slot.done != nullptr) end(*slot.done, State::cancelled);
+      release_slot(slot);
+      continue;
+    }
+    if (slot.done != nullptr && slot.payload_bytes > slot.capacity) {
+      // Truncated: the receive fails now. Its payload half is still taken
+      // (into 0 bytes: UCX reports it truncated and writes nothing), or the
+      // sender's rendezvous would never end.
+      Completion& op = *slot.done;
+      op.truncated = true;
+      end(op, State::failed,
+          truncation_error(slot.peer, slot.tag, slot.capacity, cat(slot.payload_bytes, " payload bytes")));
+      slot.done = nullptr;
+    }
+    if (slot.done == nullptr) {  // nobody waits for the data any more: drain it
+      slot.buffer = nullptr;
+      slot.capacity = 0;
+      slot.payload_bytes = 0;
+    }
+    slot.payload_posted = true;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL |
+                         UCP_OP_ATTR_FIELD_DATATYPE;
+    param.cb.recv = &UcxTransport::on_recv_done;
+    param.user_data = &slot;
+    param.datatype = ucp_dt_make_contig(1);
+    void* request =
+        ucp_tag_recv_nbx(worker_.get(), slot.buffer, slot.payload_bytes, slot.payload_tag, kFullMask, &param);
+    if (UCS_PTR_IS_ERR(request)) {
+      finish_recv(slot, UCS_PTR_STATUS(request), 0);
+    } else if (slot.owner != nullptr) {  // else the callback has run and released the slot
+      slot.request = request;
+      // The peer is gone: only what it sent before can still match (above).
+      if (peers_[static_cast<std::size_t>(slot.peer)].failed) ucp_request_cancel(worker_.get(), request);
+    }
+  }
+  header_halves_.clear();
+  return posted;
+}
+
+void UcxTransport::post_held_payload(OpSlot& slot) {
+  const Peer& target = peers_[static_cast<std::size_t>(slot.peer)];
+  if (target.failed || target.ep == nullptr || closing_) {
+    finish_send_part(slot, UCS_ERR_CANCELED);
+    return;
+  }
+  --slot.parts_pending;  // it was counted while held; post_send_part counts it again
+  post_send_part(target.ep, slot.buffer, slot.capacity, payload_tag(slot.wire.prefix.split_number, rank_),
+                 send_param(slot), slot, slot.payload_request);
+}
+
+unsigned UcxTransport::release_held_payloads() {
+  if (held_payloads_.empty()) return 0;
+  const bool hold = hold_split_payloads_ && hold_split_payloads_->load(std::memory_order_acquire);
+  unsigned released = 0;
+  std::vector<OpSlot*> held = std::move(held_payloads_);
+  held_payloads_.clear();
+  for (OpSlot* slot : held) {
+    const Peer& target = peers_[static_cast<std::size_t>(slot->peer)];
+    if (hold && !closing_ && !target.failed) {
+      held_payloads_.push_back(slot);
+      continue;
+    }
+    post_held_payload(*slot);
+    ++released;
+  }
+  return released;
 }
 
 // ---------------------------------------------------------------------------
@@ -645,26 +827,47 @@ void UcxTransport::post_recv_device(int peer, std::uint64_t tag, std::span<std::
   recv(peer, tag, payload, done, true);
 }
 
-void UcxTransport::describe_message(OpSlot& slot, std::span<const std::byte> payload, Completion& done,
-                                    ucp_request_param_t& param, void*& buffer, std::size_t& count) {
+void UcxTransport::describe_message(OpSlot& slot, Completion& done, ucp_request_param_t& param, void*& buffer,
+                                    std::size_t& count) {
   param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
-  // UCX's buffers have no const variant; a send only reads them.
-  auto* data = const_cast<std::byte*>(payload.data());
   if (slot.bare) {
     // One contiguous buffer of one memory type: UCX picks its CUDA-capable
     // transports from the memory type, and an IOV may not mix host and device.
     param.datatype = ucp_dt_make_contig(1);
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
     param.memory_type = device_memory_type_;
-    buffer = data;
-    count = payload.size();
+    buffer = slot.buffer;
+    count = slot.capacity;
     return;
   }
-  slot.iov[0] = {&done.header, sizeof(MessageHeader)};
-  slot.iov[1] = {data, payload.size()};
+  // [prefix, header, payload]: a receive takes either form, a header half
+  // filling the first two entries exactly.
   param.datatype = ucp_dt_make_iov();
   buffer = slot.iov.data();
-  count = payload.empty() ? 1 : 2;
+  slot.iov[0] = {&slot.wire.prefix, sizeof(WirePrefix)};
+  slot.iov[1] = {&done.header, sizeof(MessageHeader)};
+  slot.iov[2] = {slot.buffer, slot.capacity};
+  count = slot.capacity == 0 ? 2 : 3;
+}
+
+ucp_request_param_t UcxTransport::send_param(OpSlot& slot) {
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+  param.cb.send = &UcxTransport::on_send_done;
+  param.user_data = &slot;
+  param.datatype = ucp_dt_make_contig(1);
+  return param;
+}
+
+void UcxTransport::post_send_part(ucp_ep_h ep, void* buffer, std::size_t count, std::uint64_t ucp_tag,
+                                  const ucp_request_param_t& param, OpSlot& slot, void*& request) {
+  ++slot.parts_pending;
+  void* posted = ucp_tag_send_nbx(ep, buffer, count, ucp_tag, &param);
+  if (UCS_PTR_IS_PTR(posted) && posted != nullptr) {
+    request = posted;  // on_send_done counts it off
+    return;
+  }
+  finish_send_part(slot, posted == nullptr ? UCS_OK : UCS_PTR_STATUS(posted));
 }
 
 void UcxTransport::send(int peer, std::uint64_t tag, std::span<const std::byte> payload, Completion& done,
@@ -683,24 +886,33 @@ void UcxTransport::send(int peer, std::uint64_t tag, std::span<const std::byte> 
   slot.peer = peer;
   slot.tag = tag;
   slot.bare = bare;
-
-  ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  param.cb.send = &UcxTransport::on_send_done;
-  param.user_data = &slot;
-  void* buffer = nullptr;
-  std::size_t count = 0;
-  describe_message(slot, payload, done, param, buffer, count);
+  // UCX's buffers have no const variant; a send only reads them.
+  slot.buffer = const_cast<std::byte*>(payload.data());
+  slot.capacity = payload.size();
+  // The posting counts as a part: no completion below ends the slot before every part is out.
+  slot.parts_pending = 1;
   const std::uint64_t ucp_tag = data_tag(tag, rank_) | (bare ? kBareBit : 0);
-  void* request = ucp_tag_send_nbx(target.ep, buffer, count, ucp_tag, &param);
-  if (request == nullptr) {
-    finish_send(slot, UCS_OK);
-  } else if (UCS_PTR_IS_ERR(request)) {
-    finish_send(slot, UCS_PTR_STATUS(request));
+  ucp_request_param_t param = send_param(slot);
+  if (splits(payload.size(), bare)) {
+    slot.wire = HeaderHalf{WirePrefix{WirePrefix::kSplit, 0, target.next_split++, payload.size()}, done.header};
+    post_send_part(target.ep, &slot.wire, sizeof(HeaderHalf), ucp_tag, param, slot, slot.request);
+    if (slot.parts_status == UCS_OK) {
+      if (hold_split_payloads_ && hold_split_payloads_->load(std::memory_order_acquire)) {
+        ++slot.parts_pending;  // posted by release_held_payloads()
+        held_payloads_.push_back(&slot);
+      } else {
+        post_send_part(target.ep, slot.buffer, slot.capacity, payload_tag(slot.wire.prefix.split_number, rank_), param,
+                       slot, slot.payload_request);
+      }
+    }
   } else {
-    slot.request = request;
-    done.handle = &slot;
+    void* buffer = nullptr;
+    std::size_t count = 0;
+    describe_message(slot, done, param, buffer, count);
+    post_send_part(target.ep, buffer, count, ucp_tag, param, slot, slot.request);
   }
+  finish_send_part(slot, UCS_OK);  // may end the operation: every part completed at once
+  if (done.pending()) done.handle = &slot;
 }
 
 void UcxTransport::recv(int peer, std::uint64_t tag, std::span<std::byte> payload, Completion& done, bool bare) {
@@ -714,6 +926,7 @@ void UcxTransport::recv(int peer, std::uint64_t tag, std::span<std::byte> payloa
   slot.tag = tag;
   slot.is_recv = true;
   slot.bare = bare;
+  slot.buffer = payload.data();
   slot.capacity = payload.size();
 
   // No immediate completion: UCX 1.13 does not report the received length
@@ -725,17 +938,23 @@ void UcxTransport::recv(int peer, std::uint64_t tag, std::span<std::byte> payloa
   param.user_data = &slot;
   void* buffer = nullptr;
   std::size_t count = 0;
-  describe_message(slot, payload, done, param, buffer, count);
+  describe_message(slot, done, param, buffer, count);
+  // Headed receives take a single message or the header half of a split one.
   const std::uint64_t ucp_tag = data_tag(tag, peer) | (bare ? kBareBit : 0);
   void* request = ucp_tag_recv_nbx(worker_.get(), buffer, count, ucp_tag, kFullMask, &param);
   if (UCS_PTR_IS_ERR(request)) {
     finish_recv(slot, UCS_PTR_STATUS(request), 0);
-  } else if (done.pending()) {  // else the callback has run, freed the request and recycled the slot
-    slot.request = request;
-    done.handle = &slot;
-    // A message the dead peer sent before it failed has matched above; nothing more will come.
-    if (peers_[static_cast<std::size_t>(peer)].failed) ucp_request_cancel(worker_.get(), request);
+    return;
   }
+  if (!done.pending()) return;  // the callback has run, freed the request and recycled the slot
+  done.handle = &slot;
+  if (slot.header_arrived) {  // a header half was waiting (the callback freed the request): on to its payload
+    post_payload_halves();
+    return;
+  }
+  slot.request = request;
+  // A message the dead peer sent before it failed has matched above; nothing more will come.
+  if (peers_[static_cast<std::size_t>(peer)].failed) ucp_request_cancel(worker_.get(), request);
 }
 
 // ---------------------------------------------------------------------------
@@ -744,7 +963,11 @@ void UcxTransport::recv(int peer, std::uint64_t tag, std::span<std::byte> payloa
 unsigned UcxTransport::drive() {
   unsigned events = 0;
   for (unsigned round = 0; round < kMaxProgressRounds; ++round) {
-    const unsigned n = ucp_worker_progress(worker_.get());
+    // Payload halves go out (held ones, tests) and are received right after
+    // their header halves, so each pair costs one pass.
+    unsigned n = ucp_worker_progress(worker_.get());
+    n += post_payload_halves();
+    n += release_held_payloads();
     events += n;
     if (n == 0) break;
   }
@@ -878,8 +1101,13 @@ void UcxTransport::cancel(Completion& op) {
   }
   slot->cancel_requested = true;
   // A receive not yet matched ends here and now; a send (or a matched receive
-  // still transferring) runs to its end, which progress drives.
-  if (slot->request != nullptr) ucp_request_cancel(worker_.get(), slot->request);
+  // still transferring) runs to its end, which progress drives. A receive
+  // whose header half has arrived is matched: its payload half is on its way
+  // (the sender posted both together) and is taken, so neither its buffer is
+  // left to UCX nor the payload to a later receive. A split send's request is
+  // its header half's: its payload half follows whatever happens to it.
+  const bool matched = slot->is_recv && slot->header_arrived;
+  if (slot->request != nullptr && !matched) ucp_request_cancel(worker_.get(), slot->request);
   const auto bound = aborted() ? std::chrono::duration_cast<Clock::duration>(kCancelBoundAborted)
                                : std::chrono::duration_cast<Clock::duration>(kCancelBound);
   if (progress_until(op, Clock::now() + bound)) return;

@@ -2,11 +2,31 @@
 // UCX finds it. One UCP context and worker per transport, so ranks as threads
 // of one process work as well as one rank per process.
 //
-// Wire layout of a message: the 32-byte MessageHeader followed by the payload,
-// sent and received as a two-entry IOV so neither side copies into a staging
-// buffer. UCP tags: bit 63 clear, user tag in bits 20..59, source rank in bits
-// 0..19 (receives match the full tag); bit 63 set marks control (abort)
-// messages, for which one wildcard-source receive is always posted.
+// Wire layout of a message, one of two forms chosen by the sender from the
+// payload's size (docs/benchmarks.md#network-path):
+//  * single: a 24-byte prefix (which form), the 32-byte MessageHeader, the
+//    payload: one message, sent and received as an IOV, for payloads below
+//    Config::ucx_split_bytes (ANTDT_UCX_SPLIT_BYTES, 64 KiB by default);
+//  * split: a header half (the prefix, saying how long the payload is and
+//    its per-destination split number, and the MessageHeader) under the user
+//    tag, then the payload half, contiguous, as a message of its own whose tag
+//    has bit 62 set and the split number in place of the user tag. UCX 1.13
+//    copies IOV messages in fragments; a contiguous one goes by zero-copy
+//    rendezvous (over TCP here: 3.4 against 0.9 GB/s for 4 MiB).
+// A receive is posted once for either form, into [prefix, header, buffer]; a
+// header half fills the first two entries. The prefix tells the forms apart
+// (UCX 1.13.1 did not report the message's tag to the receive's callback here, and
+// raw users need not fill in the MessageHeader). After a header half the
+// receive goes on with its payload half's tag, unique per sender and
+// destination, so pairs cannot mix whatever was cancelled or truncated before.
+// A payload too long for the buffer fails the receive as truncated at once and
+// is still taken (into 0 bytes), so the sender's rendezvous ends and nothing is
+// left over for a later receive. A receive whose header half has arrived is
+// matched: cancel() waits for its payload half (the sender posts both
+// together), as for any matched receive, so its buffer is never left to UCX.
+// UCP tags: bit 63 clear, user tag in bits 20..59, source rank in bits 0..19;
+// bit 63 set marks control (abort) messages, for which one wildcard-source
+// receive is always posted.
 //
 // Device payloads (post_send_device): where UCX lists CUDA among its memory
 // types (a build with cuda_copy / cuda_ipc / gdr_copy), a device buffer is
@@ -40,6 +60,7 @@
 #include "core/config.hpp"
 #include "transport/transport.hpp"
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -53,6 +74,10 @@ struct UcxOptions {
   // to UCX as host memory, so the bare-message protocol of the direct GPU
   // path runs over UCX builds without CUDA support, with host buffers.
   bool device_payloads_in_host_memory = false;
+  // Tests: while this is set (true), the payload halves of split messages wait
+  // in the sender and only their header halves go out, so a receiver can be
+  // caught between the two (cancel, truncation, a peer lost in between).
+  std::shared_ptr<std::atomic<bool>> hold_split_payloads;
 };
 
 // Exchanges worker addresses through `boot` (one allgather, so every rank of
