@@ -40,7 +40,8 @@ through_shim() {  # through_shim [mpirun -x options...] -- tool args: nccl_allre
     'ANTDT_LOCAL_RANK=$OMPI_COMM_WORLD_LOCAL_RANK ANTDT_LOCAL_SIZE=$OMPI_COMM_WORLD_LOCAL_SIZE exec "$0" "$@"' \
     "$nccl" "$id" "$@"
 }
-median() { sort -g | awk '{v[NR] = $1} END {if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+here=$(cd "$(dirname "$0")" && pwd)
+median() { awk "$(<"$here/median.awk")"' {list = list " " $1} END {print median(list)}'; }  # of stdin's lines
 # Column of the row of <bytes> in a table whose first column is the size in bytes.
 column_at() { awk -v b="$1" -v c="$2" '$1 == b {print $c; exit}'; }
 
