@@ -223,6 +223,8 @@ void Arbiter::resolve(std::uint64_t step, Clock::time_point now, std::vector<Out
     ranks_[static_cast<std::size_t>(r)].retry.reset();
     out.push_back({r, again});
   });
+  maybe_close(now, out);
+  maybe_finish(out);
 }
 
 void Arbiter::on_arrival(const Arrival& a, Clock::time_point now, std::vector<Out>& out) {
@@ -318,6 +320,10 @@ void Arbiter::finish_stragglers_if_run_over() {
 
 void Arbiter::maybe_close(Clock::time_point now, std::vector<Out>& out) {
   held_back_ = false;
+  // While a step broken by a lost rank is being settled, no other step closes:
+  // every decision then carries the generation that follows the settlement
+  // (resolve() calls this again once it is done).
+  if (!resolving_.empty()) return;
   int arrived_on_time = 0, active = 0;
   bool all_done = true, missing_all_slow = true, any_arrived = false, any_finished = false, any_empty_at_open = false;
   for (int r = 0; r < cfg_.ranks; ++r) {
@@ -506,7 +512,7 @@ void Arbiter::on_rank_lost(int rank, Clock::time_point now, std::vector<Out>& ou
 void Arbiter::on_tick(Clock::time_point now, std::vector<Out>& out) { maybe_close(now, out); }
 
 std::optional<Clock::time_point> Arbiter::next_deadline() const {
-  if (!quorum_at_ || held_back_) return std::nullopt;  // held back: only an arrival can close the step
+  if (!quorum_at_ || held_back_ || !resolving_.empty()) return std::nullopt;  // held back: only an arrival can close the step
   return *quorum_at_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace_seconds()));
 }
 

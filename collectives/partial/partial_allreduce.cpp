@@ -491,8 +491,10 @@ PartialResult partial_step(detail::CommImpl& comm, const void* send, void* recv,
       StepWatch watch(comm, st, d);
       move_data(comm, st, d, sig, kStepSeqBit | d.step, contribution, own_result, count, false, kind.reduce,
                 contain ? &watch : nullptr);
-    } catch (const PeerLostError&) {
+    } catch (const PeerLostError& e) {
       if (!contain || comm.failed()) throw;
+      ANTDT_INFO("partial collectives: rank ", comm.rank(), " gave up step ", d.step, " (generation ", d.generation,
+                 "): ", e.what());
       // Given up here alone: put back what the broken movement claimed and ask again.
       st.cache.restore(st.saved_steps);
       std::copy(st.saved_info.begin(), st.saved_info.end(), st.info.begin());
