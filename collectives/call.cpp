@@ -19,6 +19,14 @@ namespace {
 // How long a failed transfer waits for a peer's abort message before it is
 // reported as a transport failure (failure path only).
 constexpr auto kRootCauseLinger = std::chrono::milliseconds(100);
+// How often a contained call's wait runs its loss watch (a dead rank is then
+// noticed by every survivor of the step within about this much plus the
+// arbiter's round trip).
+constexpr auto kWatchEvery = std::chrono::milliseconds(10);
+// Where a contained call's generation goes in its tag: above the communicator
+// id (24 bits) and the kind (8 bits), inside the transport's 40 user bits.
+constexpr unsigned kGenerationShift = 32;
+static_assert(kGenerationShift + 8 <= transport::kTagBits);
 
 // Whether the trainer has a step open, which the call's time then belongs to.
 bool in_marked_step(const detail::CommImpl& comm) noexcept {
@@ -95,6 +103,14 @@ Call::Call(detail::CommImpl& comm, const Signature& sig) : Call(comm, sig, comm.
 void Call::check_aborted() {
   comm_.transport().progress();
   throw_if_aborted();
+  if (watch_ != nullptr) watch_->check(*this);
+}
+
+void Call::contain_peer_loss(LossWatch& watch, std::uint8_t generation) {
+  ANTDT_ASSERT(high_water_ == 0);
+  watch_ = &watch;
+  tag_ = (tag_ & ((std::uint64_t{1} << kGenerationShift) - 1)) |
+         (static_cast<std::uint64_t>(generation) << kGenerationShift);
 }
 
 Call::Call(detail::CommImpl& comm, const Signature& sig, std::uint64_t seq)
@@ -268,8 +284,7 @@ void Call::wait(std::size_t index) { wait_slot(op_slot(index + base_)); }
 void Call::wait_slot(detail::OpSlot& slot) {
   ANTDT_ASSERT(slot.seq == seq_);
   if (slot.completion.pending()) {
-    transport::Completion* ops[] = {&slot.completion};
-    switch (comm_.transport().wait(ops, deadline())) {
+    switch (wait_watched(&slot.completion)) {
       case transport::WaitResult::done: break;
       case transport::WaitResult::timeout:
         fail(Status::timeout, cat("rank ", rank(), " timed out after ", config().timeout.count(),
@@ -279,6 +294,19 @@ void Call::wait_slot(detail::OpSlot& slot) {
     }
   }
   check(slot);
+}
+
+transport::WaitResult Call::wait_watched(transport::Completion* op) {
+  transport::Completion* ops[] = {op};
+  if (watch_ == nullptr) return comm_.transport().wait(ops, deadline());
+  // Contained: wait in slices, running the loss watch between them.
+  for (;;) {
+    const auto now = transport::Clock::now();
+    const auto until = std::min(deadline(), now + kWatchEvery);
+    const auto result = comm_.transport().wait(ops, until);
+    if (result != transport::WaitResult::timeout || until >= deadline()) return result;
+    watch_->check(*this);
+  }
 }
 
 void Call::wait_all() {
@@ -338,6 +366,12 @@ void Call::check(detail::OpSlot& slot) {
 }
 
 void Call::fail(Status status, const std::string& reason) {
+  if (watch_ != nullptr && status == Status::peer_lost) {
+    // Contained: this rank gives the step up; the communicator stays usable
+    // and the peers are not aborted (the arbiter re-runs the step).
+    ANTDT_INFO(reason);
+    throw_status(status, reason);
+  }
   // Tell the peers first, so that they fail promptly with the same cause
   // instead of each waiting out its own timeout.
   comm_.mark_failed(status, reason);

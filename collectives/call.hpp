@@ -50,6 +50,20 @@ struct Signature {
 
 class Call;
 
+// How a call treats a lost peer when it is *contained* (partial collectives,
+// docs/partial.md#dead-ranks): instead of failing the communicator for good
+// and aborting every peer, the call throws PeerLostError on this rank only, so
+// that the arbiter can run the step again among the survivors. While the call
+// waits, check() runs every few milliseconds; it throws (a contained
+// PeerLostError) when the step must be given up: a rank of the step is reported
+// lost, or the arbiter said so (a survivor blocked on another survivor that
+// already gave up would otherwise wait for it until ANTDT_TIMEOUT_MS).
+class LossWatch {
+ public:
+  virtual ~LossWatch() = default;
+  virtual void check(Call& call) = 0;
+};
+
 // Where a call's buffers live and what copies and reduces them: host memory
 // and the CPU kernels for every call, unless it carries device payloads (the
 // direct GPU path: device memory and the device kernels, asynchronous on a
@@ -145,8 +159,16 @@ class Call {
   [[noreturn]] void fail_transport(const std::string& reason) { fail(Status::transport, reason); }
   // A peer that is gone: PeerLostError here and at every peer (the reason names its rank, host and pid).
   [[noreturn]] void fail_peer_lost(const std::string& reason) { fail(Status::peer_lost, reason); }
-  // Drives the transport once and throws when this rank or a peer aborted.
+  // Drives the transport once and throws when this rank or a peer aborted
+  // (and, when contained, runs the loss watch).
   void check_aborted();
+
+  // Partial collectives: from here on a lost peer fails this call alone (see
+  // LossWatch), and its messages carry `generation` in their tag, so that none
+  // left over from an attempt given up under an older generation can match.
+  // Before the first operation is posted.
+  void contain_peer_loss(LossWatch& watch, std::uint8_t generation);
+  bool contained() const noexcept { return watch_ != nullptr; }
 
  private:
   [[noreturn]] void fail(Status status, const std::string& reason);
@@ -154,6 +176,7 @@ class Call {
   void check(detail::OpSlot& slot);
   detail::OpSlot& op_slot(std::size_t index);  // absolute index (base_ already added)
   void wait_slot(detail::OpSlot& slot);
+  transport::WaitResult wait_watched(transport::Completion* op);
 
   detail::CommImpl& comm_;
   std::span<detail::OpSlot> own_slots_;  // empty: the communicator's pool
@@ -172,6 +195,7 @@ class Call {
   bool sequenced_ = false;
   bool device_payloads_ = false;
   CallMemory* memory_ = &host_memory();
+  LossWatch* watch_ = nullptr;  // contained: a lost peer fails this call alone
 };
 
 }  // namespace antdt::coll

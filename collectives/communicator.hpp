@@ -75,6 +75,7 @@ class CommImpl {
   // any state); every later call rethrows that failure.
   void check_usable() const;
   void mark_failed(Status status, const std::string& reason);
+  bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
 
   // Safe from any thread; never blocks.
   void abort(std::string_view reason) noexcept;

@@ -53,7 +53,11 @@ std::optional<Bytes> Link::receive(Deadline deadline) {
   if (magic != kFrameMagic) raise<BootstrapError>("malformed control frame: bad magic 0x", std::hex, magic);
   if (len > kMaxFrameBytes) raise<BootstrapError>("malformed control frame: ", len, " bytes exceeds the limit");
   Bytes payload(len);
-  net::recv_all(fd_.get(), payload, frame_deadline);
+  try {
+    net::recv_all(fd_.get(), payload, frame_deadline);
+  } catch (const BootstrapError& e) {  // the other side ended halfway through the frame
+    raise<TransportError>("control link closed: ", e.what());
+  }
   return payload;
 }
 

@@ -79,6 +79,7 @@ std::string_view straggler_class_name(StragglerClass c) noexcept {
     case StragglerClass::deterministic: return "deterministic";
     case StragglerClass::transient: return "transient";
     case StragglerClass::persistent: return "persistent";
+    case StragglerClass::lost: return "lost";
   }
   return "unknown";
 }

@@ -63,10 +63,188 @@ void Arbiter::fail_all(Status status, const std::string& reason, std::vector<Out
     if (!ranks_[static_cast<std::size_t>(r)].lost) out.push_back({r, Failure{status, reason}});
 }
 
+std::string Arbiter::describe(int rank) const {
+  return cfg_.describe_rank ? cfg_.describe_rank(rank) : cat("rank ", rank);
+}
+
+namespace {
+
+// Every rank that takes part in `d`'s data movement, once each.
+template <class F>
+void for_each_participant(const Decision& d, int ranks, F&& f) {
+  std::vector<bool> seen(static_cast<std::size_t>(ranks));
+  auto visit = [&](int r) {
+    if (r < 0 || seen[static_cast<std::size_t>(r)]) return;
+    seen[static_cast<std::size_t>(r)] = true;
+    f(r);
+  };
+  for (const auto& c : d.contributors) visit(c.rank);
+  for (const auto& c : d.catchups) visit(c.rank);
+  visit(d.server);
+}
+
+// Built in place: moving a temporary Out holding an Abandon makes GCC 12 warn
+// (falsely) that the Decision alternative may be used uninitialized.
+void push_abandon(std::vector<Arbiter::Out>& out, int rank, const Abandon& abandon) {
+  auto& o = out.emplace_back();
+  o.rank = rank;
+  o.message.emplace<Abandon>(abandon);
+}
+
+bool contributed(const Decision& d, int rank) {
+  return std::any_of(d.contributors.begin(), d.contributors.end(), [&](const auto& c) { return c.rank == rank; });
+}
+
+}  // namespace
+
+void Arbiter::record_decision(const Decision& d) {
+  recent_[d.step] = d;
+  for_each_participant(d, cfg_.ranks, [&](int r) { ranks_[static_cast<std::size_t>(r)].last_decided = d.step; });
+  while (!recent_.empty() && recent_.begin()->first + cfg_.result_cache < d.step) recent_.erase(recent_.begin());
+}
+
+bool Arbiter::has_lost_participant(const Decision& d) const {
+  bool lost = false;
+  for_each_participant(d, cfg_.ranks, [&](int r) { lost |= ranks_[static_cast<std::size_t>(r)].lost; });
+  return lost;
+}
+
+void Arbiter::start_resolution(std::uint64_t step, int lost, Clock::time_point now, std::vector<Out>& out) {
+  if (resolving_.count(step) != 0) return;
+  auto& res = resolving_[step];
+  res.lost = lost;
+  res.asked.assign(static_cast<std::size_t>(cfg_.ranks), false);
+  resolve(step, now, out);
+}
+
+void Arbiter::resolve_all(Clock::time_point now, std::vector<Out>& out) {
+  std::vector<std::uint64_t> steps;
+  for (const auto& [step, res] : resolving_) steps.push_back(step);
+  for (auto step : steps) resolve(step, now, out);
+}
+
+void Arbiter::resolve(std::uint64_t step, Clock::time_point now, std::vector<Out>& out) {
+  auto res_it = resolving_.find(step);
+  auto dec_it = recent_.find(step);
+  if (res_it == resolving_.end()) return;
+  if (dec_it == recent_.end()) {  // older than the result cache: nobody can be waiting for it any more
+    resolving_.erase(res_it);
+    return;
+  }
+  Resolution& res = res_it->second;
+  const Decision& d = dec_it->second;
+  std::vector<int> completed, retried, to_ask;
+  bool unknown = false;
+  for_each_participant(d, cfg_.ranks, [&](int r) {
+    auto& s = ranks_[static_cast<std::size_t>(r)];
+    if (s.lost) return;
+    if (s.holds >= step) {
+      completed.push_back(r);
+    } else if (s.retry && s.last_decided == step) {
+      retried.push_back(r);
+    } else {
+      unknown = true;
+      // In the data movement (it gives up and retries) or computing after it
+      // completed (it ignores a stale Abandon): only its next word tells.
+      if (!res.asked[static_cast<std::size_t>(r)]) {
+        res.asked[static_cast<std::size_t>(r)] = true;
+        to_ask.push_back(r);
+      }
+    }
+  });
+  for (int r : to_ask) push_abandon(out, r, Abandon{step, d.generation, res.lost});
+  if (unknown) return;
+  const int lost = res.lost;
+  resolving_.erase(res_it);
+  ++generation_;  // nothing of the attempt given up may match what follows
+  if (!completed.empty()) {
+    // Some survivor holds the step's result: the others fetch it, as late
+    // ranks do, with their contributions counted in it.
+    ANTDT_INFO("partial collectives: step ", step, " completed on ", completed.size(), " rank(s) although ",
+               describe(lost), " was lost; ", retried.size(), " rank(s) fetch its result");
+    for (int r : retried) {
+      auto& s = ranks_[static_cast<std::size_t>(r)];
+      const Arrival a = *s.retry;
+      s.retry.reset();
+      if (open_step_ - a.step + 1 > cfg_.result_cache) {
+        out.push_back({r, Failure{Status::resync, cat("rank ", r, " is ", open_step_ - a.step,
+                                                       " steps behind after giving up step ", step,
+                                                       "; only ", cfg_.result_cache, " results are kept")}});
+        continue;
+      }
+      s.role = Role::catch_up;
+      s.based_on = a.step;
+      s.last_arrival = a.step;
+      s.weight = 0;
+      s.included_at = contributed(d, r) ? step : 0;
+    }
+    maybe_close(now, out);
+    maybe_finish(out);
+    return;
+  }
+  // Nobody completed it: every survivor still holds its contribution. Run
+  // the step again without the lost ranks.
+  Decision again;
+  again.step = step;
+  again.generation = generation_;
+  for (const auto& c : d.contributors)
+    if (!ranks_[static_cast<std::size_t>(c.rank)].lost) again.contributors.push_back(c);
+  for (const auto& c : d.catchups)
+    if (!ranks_[static_cast<std::size_t>(c.rank)].lost) again.catchups.push_back(c);
+  // The server pushes results up to this step: a contributor that was on
+  // time for it holds every earlier one.
+  auto holds_all = [&](int r) { return !ranks_[static_cast<std::size_t>(r)].lost && ranks_[static_cast<std::size_t>(r)].holds + 1 >= step; };
+  if (d.server >= 0 && !ranks_[static_cast<std::size_t>(d.server)].lost) again.server = d.server;
+  for (const auto& c : again.contributors)
+    if (again.server < 0 && c.based_on == step && holds_all(c.rank)) again.server = c.rank;
+  if (again.contributors.empty()) {
+    // The lost rank was the step's only contributor: the step is now empty
+    // (zeros, which every rank fills in itself); ranks at this step need no push.
+    std::erase_if(again.catchups, [&](const CatchUp& c) {
+      if (c.from_step != step) return false;
+      if (again.server < 0) again.server = c.rank;
+      return true;
+    });
+  }
+  if (again.server < 0 && !again.catchups.empty()) {
+    for (const auto& c : again.catchups)
+      out.push_back({c.rank, Failure{Status::resync, cat("rank ", c.rank, " needs results that only the lost ",
+                                                          describe(lost), " could send; reload the model and rejoin")}});
+    again.catchups.clear();
+  }
+  if (again.server < 0 && !retried.empty()) again.server = retried.front();
+  again.classes.reserve(ranks_.size());
+  for (int r = 0; r < cfg_.ranks; ++r)
+    again.classes.push_back(ranks_[static_cast<std::size_t>(r)].lost ? StragglerClass::lost : monitor_.classify(r));
+  ANTDT_WARN("partial collectives: step ", step, " runs again among ", again.contributors.size(),
+             " contributor(s): ", describe(lost), " was lost during it");
+  record_decision(again);
+  for_each_participant(again, cfg_.ranks, [&](int r) {
+    ranks_[static_cast<std::size_t>(r)].retry.reset();
+    out.push_back({r, again});
+  });
+  maybe_close(now, out);
+  maybe_finish(out);
+}
+
 void Arbiter::on_arrival(const Arrival& a, Clock::time_point now, std::vector<Out>& out) {
   auto& s = ranks_[static_cast<std::size_t>(a.rank)];
   if (failed_) {
     out.push_back({a.rank, Failure{failed_status_, *failed_}});
+    return;
+  }
+  s.holds = std::max(s.holds, a.holds);
+  if (a.retry) {
+    // It gave up its last decision's data movement (a rank of it was lost):
+    // held until the step's outcome is known.
+    s.retry = a;
+    const auto step = s.last_decided;
+    auto d = recent_.find(step);
+    if (resolving_.count(step) != 0)
+      resolve(step, now, out);
+    else if (d != recent_.end() && has_lost_participant(d->second))
+      start_resolution(step, -1, now, out);
+    // else: the loss is not known here yet; on_rank_lost starts the resolution.
     return;
   }
   if (!signature_) {
@@ -120,6 +298,7 @@ void Arbiter::on_arrival(const Arrival& a, Clock::time_point now, std::vector<Ou
   }
   maybe_close(now, out);
   maybe_finish(out);
+  if (!resolving_.empty()) resolve_all(now, out);  // it completed the steps up to a.holds
 }
 
 void Arbiter::finish_stragglers_if_run_over() {
@@ -141,6 +320,10 @@ void Arbiter::finish_stragglers_if_run_over() {
 
 void Arbiter::maybe_close(Clock::time_point now, std::vector<Out>& out) {
   held_back_ = false;
+  // While a step broken by a lost rank is being settled, no other step closes:
+  // every decision then carries the generation that follows the settlement
+  // (resolve() calls this again once it is done).
+  if (!resolving_.empty()) return;
   int arrived_on_time = 0, arrived_deferred = 0, active = 0;
   bool all_done = true, missing_all_slow = true, any_arrived = false, any_finished = false, any_empty_at_open = false;
   for (int r = 0; r < cfg_.ranks; ++r) {
@@ -212,9 +395,9 @@ void Arbiter::close_step(std::vector<Out>& out) {
     const auto& s = ranks_[static_cast<std::size_t>(r)];
     if (s.role == Role::on_time || s.role == Role::deferred) d.contributors.push_back({r, s.weight, s.based_on});
     if (s.role == Role::deferred && !empty) {
-      if (s.first_missing) d.catchups.push_back({r, std::max(*s.first_missing, s.based_on)});
+      if (s.first_missing) d.catchups.push_back({r, std::max(*s.first_missing, s.based_on), s.included_at});
     } else if ((s.role == Role::deferred || s.role == Role::catch_up) && !(empty && may_serve(s))) {
-      d.catchups.push_back({r, s.based_on});
+      d.catchups.push_back({r, s.based_on, s.included_at});
     }
     servers += may_serve(s) ? 1 : 0;
   }
@@ -225,7 +408,9 @@ void Arbiter::close_step(std::vector<Out>& out) {
     if (may_serve(ranks_[static_cast<std::size_t>(r)]) && pick-- == 0) d.server = r;
   monitor_.evaluate();
   d.classes.reserve(ranks_.size());
-  for (int r = 0; r < cfg_.ranks; ++r) d.classes.push_back(monitor_.classify(r));
+  for (int r = 0; r < cfg_.ranks; ++r)
+    d.classes.push_back(ranks_[static_cast<std::size_t>(r)].lost ? StragglerClass::lost : monitor_.classify(r));
+  d.generation = generation_;
   for (int r = 0; r < cfg_.ranks; ++r) {
     auto& s = ranks_[static_cast<std::size_t>(r)];
     if (s.role != Role::absent) out.push_back({r, d});
@@ -236,7 +421,9 @@ void Arbiter::close_step(std::vector<Out>& out) {
     else if (!s.first_missing)
       s.first_missing = open_step_;
     s.role = Role::absent;
+    s.included_at = 0;
   }
+  record_decision(d);
   ++open_step_;
   quorum_at_.reset();
   held_back_ = false;
@@ -254,9 +441,11 @@ void Arbiter::on_finish(const Finish& f, Clock::time_point now, std::vector<Out>
   }
   s.finished = true;
   s.applied_at_finish = f.applied;
+  s.holds = std::max(s.holds, f.holds);
   maybe_close(now, out);  // the open step no longer waits for this rank
   finish_stragglers_if_run_over();
   maybe_finish(out);
+  if (!resolving_.empty()) resolve_all(now, out);
 }
 
 void Arbiter::maybe_finish(std::vector<Out>& out) {
@@ -282,7 +471,9 @@ void Arbiter::maybe_finish(std::vector<Out>& out) {
     }
   }
   d.classes.reserve(ranks_.size());
-  for (int r = 0; r < cfg_.ranks; ++r) d.classes.push_back(monitor_.classify(r));
+  for (int r = 0; r < cfg_.ranks; ++r)
+    d.classes.push_back(ranks_[static_cast<std::size_t>(r)].lost ? StragglerClass::lost : monitor_.classify(r));
+  d.generation = generation_;
   for (int r = 0; r < cfg_.ranks; ++r) {
     auto& s = ranks_[static_cast<std::size_t>(r)];
     if (s.finished) out.push_back({r, d});
@@ -299,15 +490,35 @@ void Arbiter::on_rank_lost(int rank, Clock::time_point now, std::vector<Out>& ou
   const bool was_waited_for = !s.finished;
   s.lost = true;
   s.role = Role::absent;
+  s.retry.reset();
+  ++lost_count_;
   bool anyone_waiting = false;
-  for (const auto& o : ranks_) anyone_waiting |= !o.lost && (o.role != Role::absent || o.finished);
+  for (const auto& o : ranks_) anyone_waiting |= !o.lost && (o.role != Role::absent || o.finished || o.retry);
+  // Under drop/defer a lost rank is a straggler that never returns: steps
+  // whose data movement it may have broken are settled among the survivors.
+  if (policy_ != LatePolicy::wait) {
+    std::vector<std::uint64_t> broken;
+    for (const auto& [step, d] : recent_) {
+      bool takes_part = false, unsettled = false;
+      for_each_participant(d, cfg_.ranks, [&](int r) {
+        takes_part |= r == rank;
+        const auto& o = ranks_[static_cast<std::size_t>(r)];
+        unsettled |= !o.lost && o.holds < step;
+      });
+      if (takes_part && unsettled) broken.push_back(step);
+    }
+    for (auto step : broken) start_resolution(step, rank, now, out);
+  }
   if (!anyone_waiting) return;  // a normal shutdown, or nobody depends on it yet
   if (policy_ == LatePolicy::wait && was_waited_for) {
-    fail_all(Status::transport, cat("rank ", rank, " left the job (its control link closed) while others waited for it"),
+    fail_all(Status::peer_lost,
+             cat("partial collectives (late policy wait): peer ", describe(rank),
+                 " is lost (its control connection to the arbiter closed) while the others waited for it"),
              out);
     return;
   }
-  ANTDT_WARN("partial collectives: rank ", rank, " left; continuing without it");
+  ANTDT_WARN("partial collectives: ", describe(rank), " is lost (its control connection closed); the steps go on "
+             "without it");
   maybe_close(now, out);
   maybe_finish(out);
 }
@@ -315,7 +526,7 @@ void Arbiter::on_rank_lost(int rank, Clock::time_point now, std::vector<Out>& ou
 void Arbiter::on_tick(Clock::time_point now, std::vector<Out>& out) { maybe_close(now, out); }
 
 std::optional<Clock::time_point> Arbiter::next_deadline() const {
-  if (!quorum_at_ || held_back_) return std::nullopt;  // held back: only an arrival can close the step
+  if (!quorum_at_ || held_back_ || !resolving_.empty()) return std::nullopt;  // held back: only an arrival can close the step
   return *quorum_at_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace_seconds()));
 }
 

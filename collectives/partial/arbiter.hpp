@@ -12,7 +12,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <map>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -27,6 +30,8 @@ struct ArbiterConfig {
   double grace_s = 0;                  // 0: from the Monitor
   int warmup_steps = 5;                // steps closed as BSP while the Monitor learns
   telemetry::MonitorConfig monitor;
+  // How messages name a rank ("rank 2 (pid 123 on host h)"); unset: "rank 2".
+  std::function<std::string(int)> describe_rank;
 
   static ArbiterConfig from(const Config& cfg, int ranks);
 };
@@ -65,6 +70,11 @@ class Arbiter {
     // every step it is present at, so it holds those results already: only
     // the steps from here on are pushed to it (none when it was never absent).
     std::optional<std::uint64_t> first_missing;
+    // Dead ranks (docs/partial.md#dead-ranks):
+    std::uint64_t holds = 0;         // the newest result it is known to hold (it completed every step to there)
+    std::uint64_t last_decided = 0;  // the step of the last (non-final) decision sent to it
+    std::optional<Arrival> retry;    // it gave up last_decided's data movement and waits for the outcome
+    std::uint64_t included_at = 0;   // as a catch-up: its contribution is in this step's result after all
   };
 
   void maybe_close(Clock::time_point now, std::vector<Out>& out);
@@ -77,6 +87,17 @@ class Arbiter {
   // they become finishes (their contribution dropped) and get the catch-up.
   void finish_stragglers_if_run_over();
   void fail_all(Status status, const std::string& reason, std::vector<Out>& out);
+  std::string describe(int rank) const;
+  void record_decision(const Decision& d);
+  // A step whose data movement a lost rank may have broken: every survivor of
+  // it either completed it (holds it) or gave it up (retry); those still
+  // unheard of are told to give it up (Abandon). Once every one is known, the
+  // step is settled: catch-up from a survivor that completed it, else re-run
+  // among the survivors (resolve()).
+  void start_resolution(std::uint64_t step, int lost, Clock::time_point now, std::vector<Out>& out);
+  void resolve(std::uint64_t step, Clock::time_point now, std::vector<Out>& out);
+  void resolve_all(Clock::time_point now, std::vector<Out>& out);
+  bool has_lost_participant(const Decision& d) const;
   bool done(const RankState& s) const noexcept { return s.role != Role::absent || s.finished || s.lost; }
 
   ArbiterConfig cfg_;
@@ -91,6 +112,14 @@ class Arbiter {
   std::optional<Clock::time_point> quorum_at_;
   std::optional<std::string> failed_;  // after a fatal failure every arrival gets it
   Status failed_status_ = Status::internal;
+  std::map<std::uint64_t, Decision> recent_;  // the last result_cache decisions, by step (resolutions need them)
+  struct Resolution {
+    int lost = -1;             // the rank whose loss started it
+    std::vector<bool> asked;   // ranks sent an Abandon
+  };
+  std::map<std::uint64_t, Resolution> resolving_;
+  std::uint32_t generation_ = 0;  // grows with every resolution (Decision::generation)
+  int lost_count_ = 0;
 };
 
 // Runs an Arbiter on its own thread, serving one link per rank.

@@ -33,6 +33,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include <poll.h>
+
 namespace antdt::coll {
 namespace {
 
@@ -58,6 +60,11 @@ class ResultCache {
     step_[index(step)] = step;
     return data_[index(step)];
   }
+  // Which step each slot holds, saved before a step's data movement and put
+  // back when it is given up (docs/partial.md#dead-ranks): slots it claimed
+  // were only partly written. `saved` is the caller's, reused.
+  void save(std::vector<std::uint64_t>& saved) const { saved.assign(step_.begin(), step_.end()); }
+  void restore(const std::vector<std::uint64_t>& saved) { std::copy(saved.begin(), saved.end(), step_.begin()); }
 
  private:
   std::size_t index(std::uint64_t step) const noexcept { return static_cast<std::size_t>(step % data_.size()); }
@@ -71,6 +78,7 @@ class ResultCache {
 // fetched (it saw none of their decisions).
 struct StepInfo {
   std::int32_t participants = 0;
+  std::int32_t lost_ranks = 0;  // ranks known gone when the step was decided
   double total_weight = 0;
 };
 static_assert(std::is_trivially_copyable_v<StepInfo>);
@@ -83,9 +91,12 @@ class PartialState final : public detail::CollectiveState {
       raise<UnsupportedError>("partial collectives need the control plane to the arbiter, which this communicator "
                               "was created without");
     link = control::Link(std::move(ctl.client));
-    if (comm.rank() == 0)
-      arbiter = std::make_unique<partial::ArbiterService>(
-          std::move(ctl.server), partial::ArbiterConfig::from(comm.config(), comm.size()), comm.config().timeout);
+    if (comm.rank() == 0) {
+      auto cfg = partial::ArbiterConfig::from(comm.config(), comm.size());
+      // The transport knows each peer's host and pid (it outlives the arbiter thread).
+      cfg.describe_rank = [&transport = comm.transport()](int r) { return transport.describe_peer(r); };
+      arbiter = std::make_unique<partial::ArbiterService>(std::move(ctl.server), cfg, comm.config().timeout);
+    }
     classes.assign(static_cast<std::size_t>(comm.size()), StragglerClass::healthy);
   }
   ~PartialState() override {
@@ -110,6 +121,11 @@ class PartialState final : public detail::CollectiveState {
   std::vector<StragglerClass> classes;
   std::vector<std::byte> weighted;  // scratch: this rank's contribution times its weight
   std::vector<int> members;         // scratch: the ring order of the current step
+  // Dead ranks: what a step given up puts back, and (in-place calls) this
+  // rank's contribution, which a ring that broke off may have overwritten.
+  std::vector<std::uint64_t> saved_steps;
+  std::vector<StepInfo> saved_info;
+  std::vector<std::byte> contribution;
 };
 
 PartialState& state_of(detail::CommImpl& comm) {
@@ -123,18 +139,106 @@ constexpr std::uint64_t kStepSeqBit = std::uint64_t{1} << 62;
 constexpr std::uint64_t kFinishSeqBit = std::uint64_t{1} << 61;
 constexpr std::uint64_t kCatchupSeqBit = std::uint64_t{1} << 60;
 
-// The arbiter's answer to this rank: its decision (the straggler classes
-// recorded), or the failure it reports, raised here (a resync leaves the
+// The arbiter runs on rank 0 (its thread): a control link that closed, or
+// cannot be written, is rank 0 lost. The communicator fails for good
+// (PeerLostError naming rank 0's host and pid).
+[[noreturn]] void arbiter_lost(detail::CommImpl& comm, const Error& e) {
+  const std::string reason = cat("partial collectives: rank ", comm.rank(), " lost the arbiter: peer ",
+                                 comm.transport().describe_peer(0), " is lost (its control connection closed: ",
+                                 e.what(), ")");
+  comm.mark_failed(Status::peer_lost, reason);
+  throw_status(Status::peer_lost, reason);
+}
+
+// One message from the arbiter, or nullopt at the deadline.
+std::optional<partial::FromArbiter> receive_from_arbiter(detail::CommImpl& comm, PartialState& st,
+                                                         Clock::time_point deadline) {
+  std::optional<control::Bytes> reply;
+  try {
+    reply = st.link.receive(deadline);
+  } catch (const TransportError& e) {
+    arbiter_lost(comm, e);
+  }
+  if (!reply) return std::nullopt;
+  return partial::decode_from_arbiter(*reply, comm.size());
+}
+
+// A failure the arbiter reports, raised here (a resync leaves the
 // communicator usable; anything else fails it).
-partial::Decision decision_from(detail::CommImpl& comm, PartialState& st, std::span<const std::byte> reply) {
-  auto message = partial::decode_from_arbiter(reply, comm.size());
+void raise_if_failure(detail::CommImpl& comm, const partial::FromArbiter& message) {
   if (auto* failure = std::get_if<partial::Failure>(&message)) {
     if (failure->status != Status::resync) comm.mark_failed(failure->status, failure->reason);
     throw_status(failure->status, failure->reason);
   }
-  partial::Decision d = std::get<partial::Decision>(std::move(message));
-  st.classes = d.classes;
-  return d;
+}
+
+// Sends `request` to the arbiter and returns its decision (the straggler
+// classes recorded). Abandons that come meanwhile are stale: this rank is not
+// moving data now. `waiting_for` ends the timeout's message.
+partial::Decision ask_arbiter(detail::CommImpl& comm, PartialState& st, std::span<const std::byte> request,
+                              const std::string& waiting_for) {
+  const auto deadline = Clock::now() + comm.config().timeout;
+  try {
+    st.link.send(request, deadline);
+  } catch (const TimeoutError&) {
+    throw;
+  } catch (const Error& e) {
+    arbiter_lost(comm, e);
+  }
+  for (;;) {
+    auto message = receive_from_arbiter(comm, st, deadline);
+    if (!message)
+      raise<TimeoutError>("partial collectives: rank ", comm.rank(), " waited ", comm.config().timeout.count(),
+                          " ms (ANTDT_TIMEOUT_MS) ", waiting_for);
+    if (std::holds_alternative<partial::Abandon>(*message)) continue;
+    raise_if_failure(comm, *message);
+    partial::Decision d = std::get<partial::Decision>(std::move(*message));
+    st.classes = d.classes;
+    return d;
+  }
+}
+
+// Watches one step's data movement under drop/defer (a contained call,
+// collectives/call.hpp): gives the step up when the transport reports one of
+// its ranks lost, or when the arbiter says so (Abandon) — which is how a
+// survivor blocked on another survivor that already gave up hears of it.
+class StepWatch final : public LossWatch {
+ public:
+  StepWatch(detail::CommImpl& comm, PartialState& st, const partial::Decision& d) : comm_(comm), st_(st), d_(d) {}
+
+  void check(Call& call) override {
+    for (const auto& c : d_.contributors) check_peer(call, c.rank);
+    for (const auto& c : d_.catchups) check_peer(call, c.rank);
+    check_peer(call, d_.server);
+    pollfd p{st_.link.fd(), POLLIN, 0};
+    if (::poll(&p, 1, 0) <= 0) return;
+    auto message = receive_from_arbiter(comm_, st_, Clock::now() + comm_.config().timeout);
+    if (!message) return;
+    raise_if_failure(comm_, *message);
+    const auto* abandon = std::get_if<partial::Abandon>(&*message);
+    if (abandon == nullptr)
+      raise<InternalError>("partial collectives: rank ", comm_.rank(), " got a decision from the arbiter while moving "
+                           "the data of step ", d_.step);
+    if (abandon->step != d_.step || abandon->generation != d_.generation) return;  // stale
+    raise<PeerLostError>("rank ", comm_.rank(), " gives up ", call.signature().describe(), " of step ", d_.step,
+                         ": the arbiter reports peer ", comm_.transport().describe_peer(abandon->lost), " lost");
+  }
+
+ private:
+  void check_peer(Call& call, int peer) {
+    if (peer < 0 || peer == comm_.rank()) return;
+    if (auto why = comm_.transport().peer_failure(peer))
+      raise<PeerLostError>("rank ", comm_.rank(), " gives up ", call.signature().describe(), " of step ", d_.step,
+                           ": peer ", comm_.transport().describe_peer(peer), " is lost (", *why, ")");
+  }
+
+  detail::CommImpl& comm_;
+  PartialState& st_;
+  const partial::Decision& d_;
+};
+
+int lost_in(const partial::Decision& d) {
+  return static_cast<int>(std::count(d.classes.begin(), d.classes.end(), StragglerClass::lost));
 }
 
 std::uint64_t signature_of(const Signature& sig, const PartialOptions& opts) {
@@ -146,7 +250,7 @@ std::uint64_t signature_of(const Signature& sig, const PartialOptions& opts) {
 // the ring writes this step's result when this rank contributes to it.
 void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision& d, const Signature& sig,
                std::uint64_t seq, const std::byte* send, std::byte* own_result, std::size_t count, bool finishing,
-               const PartialReduce* reduce = nullptr) {
+               const PartialReduce* reduce = nullptr, LossWatch* watch = nullptr) {
   const int me = comm.rank();
   const std::size_t bytes = count * dtype_size(sig.dtype);
   // Two calls, two tags: the ring's messages and the catch-up pushes travel
@@ -156,6 +260,11 @@ void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision
   Signature push_sig = sig;
   push_sig.kind = Kind::partial_catchup;
   Call push(comm, push_sig, kCatchupSeqBit | seq);
+  if (watch != nullptr) {
+    const auto generation = static_cast<std::uint8_t>(d.generation);
+    ring.contain_peer_loss(*watch, generation);
+    push.contain_peer_loss(*watch, generation);
+  }
   auto contributor = std::find_if(d.contributors.begin(), d.contributors.end(), [&](auto& c) { return c.rank == me; });
   const bool contributes = contributor != d.contributors.end();
   auto contributes_rank = [&](int r) {
@@ -172,6 +281,7 @@ void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision
   if (!finishing) {
     StepInfo& info = info_of(d.step);
     info.participants = static_cast<std::int32_t>(d.contributors.size());
+    info.lost_ranks = lost_in(d);
     info.total_weight = 0;
     for (const auto& c : d.contributors) info.total_weight += c.weight;
   }
@@ -303,6 +413,7 @@ PartialResult partial_step(detail::CommImpl& comm, const void* send, void* recv,
     result.step = step;
     result.participants = info.participants;
     result.total_weight = info.total_weight;
+    result.lost_ranks = info.lost_ranks;
     st.applied = step;
     result.steps_behind = st.latest - st.applied;
     st.last_return = Clock::now();
@@ -334,57 +445,91 @@ PartialResult partial_step(detail::CommImpl& comm, const void* send, void* recv,
   arrival.policy = opts.policy;
   arrival.staleness = opts.staleness;
   arrival.stale_synchronous = opts.stale_synchronous;
-  const auto deadline = Clock::now() + comm.config().timeout;
-  try {
-    st.link.send(partial::encode(arrival), deadline);
-  } catch (const Error& e) {
-    raise<TransportError>("partial_allreduce: cannot reach the arbiter on rank 0: ", e.what());
+  arrival.holds = st.latest;
+  const auto ask = [&] {
+    return ask_arbiter(comm, st, partial::encode(arrival),
+                       cat("for the decision on step ", next, "; are enough ranks calling partial_allreduce?"));
+  };
+  partial::Decision d = ask();
+  // Under drop/defer a lost rank is a straggler that never returns: a step
+  // whose data movement it breaks is given up on this rank alone (contained
+  // calls) and asked for again; the arbiter then completes it among the
+  // survivors (docs/partial.md#dead-ranks). Under wait it fails every rank.
+  const bool contain = opts.policy != LatePolicy::wait;
+  const auto* contribution = static_cast<const std::byte*>(send);
+  if (contain && contribution != nullptr && bytes > 0 && contribution == out) {
+    // In place: a ring that broke off may have overwritten the contribution a re-run needs.
+    st.contribution.resize(bytes);
+    std::memcpy(st.contribution.data(), contribution, bytes);
+    contribution = st.contribution.data();
   }
-  auto reply = st.link.receive(deadline);
-  if (!reply)
-    raise<TimeoutError>("partial_allreduce: rank ", comm.rank(), " waited ", comm.config().timeout.count(),
-                        " ms (ANTDT_TIMEOUT_MS) for the decision on step ", next,
-                        "; are enough ranks calling partial_allreduce?");
-  const partial::Decision d = decision_from(comm, st, *reply);
-  const auto decided_at = Clock::now();
-  if (d.final) {
-    // The others finished while this rank was late: its contribution joins no
-    // step; it receives the results it missed and the run ends here.
-    st.run_over = true;
-    if (!d.catchups.empty())
-      move_data(comm, st, d, sig, kFinishSeqBit | d.step, nullptr, nullptr, count, true);
+  for (;;) {
+    const auto decided_at = Clock::now();
+    if (d.final) {
+      // The others finished while this rank was late: its contribution joins no
+      // step; it receives the results it missed and the run ends here.
+      st.run_over = true;
+      if (!d.catchups.empty())
+        move_data(comm, st, d, sig, kFinishSeqBit | d.step, nullptr, nullptr, count, true);
+      st.latest = std::max(st.latest, d.step);
+      result.fate = opts.weight == 0 ? Fate::none : Fate::dropped;
+      if (next <= st.latest) return finish_call(next);
+      result.steps_behind = 0;
+      return result;  // step 0: no result left for this call
+    }
+    ANTDT_ASSERT(d.step >= next);
+
+    auto me = std::find_if(d.contributors.begin(), d.contributors.end(), [&](auto& c) { return c.rank == comm.rank(); });
+    const bool contributes = me != d.contributors.end();
+    auto my_catchup = std::find_if(d.catchups.begin(), d.catchups.end(), [&](auto& c) { return c.rank == comm.rank(); });
+    // A step this rank gave up, completed by others with its contribution in it.
+    const std::uint64_t included_at = my_catchup != d.catchups.end() ? my_catchup->contribution_step : 0;
+    // On time: the ring writes straight into the caller's buffer; late: into the cache.
+    std::byte* own_result = nullptr;
+    if (contributes) own_result = next == d.step && out != nullptr ? out : st.cache.claim(d.step).data();
+    if (contain) {
+      st.cache.save(st.saved_steps);
+      st.saved_info.assign(st.info.begin(), st.info.end());
+    }
+    try {
+      StepWatch watch(comm, st, d);
+      move_data(comm, st, d, sig, kStepSeqBit | d.step, contribution, own_result, count, false, kind.reduce,
+                contain ? &watch : nullptr);
+    } catch (const PeerLostError& e) {
+      if (!contain || comm.failed()) throw;
+      ANTDT_INFO("partial collectives: rank ", comm.rank(), " gave up step ", d.step, " (generation ", d.generation,
+                 "): ", e.what());
+      // Given up here alone: put back what the broken movement claimed and ask again.
+      st.cache.restore(st.saved_steps);
+      std::copy(st.saved_info.begin(), st.saved_info.end(), st.info.begin());
+      arrival.retry = true;
+      arrival.holds = st.latest;
+      arrival.compute_s = 0;
+      d = ask();
+      continue;
+    }
+    st.last_transfer_s = std::chrono::duration<double>(Clock::now() - decided_at).count();
+    if (telemetry::StepTiming* timing = comm.started_step_timing())
+      timing->record_collective(std::chrono::duration<double>(decided_at - arrived_at).count(), st.last_transfer_s);
+    if (contributes && own_result == out && out != nullptr && !st.cache.has(d.step)) {  // the server cached it already
+      auto slot = st.cache.claim(d.step);
+      if (bytes > 0 && slot.data() != out) std::memcpy(slot.data(), out, bytes);
+    }
     st.latest = std::max(st.latest, d.step);
-    result.fate = opts.weight == 0 ? Fate::none : Fate::dropped;
-    if (next <= st.latest) return finish_call(next);
-    result.steps_behind = 0;
-    return result;  // step 0: no result left for this call
-  }
-  ANTDT_ASSERT(d.step >= next);
 
-  auto me = std::find_if(d.contributors.begin(), d.contributors.end(), [&](auto& c) { return c.rank == comm.rank(); });
-  const bool contributes = me != d.contributors.end();
-  // On time: the ring writes straight into the caller's buffer; late: into the cache.
-  std::byte* own_result = nullptr;
-  if (contributes) own_result = next == d.step && out != nullptr ? out : st.cache.claim(d.step).data();
-  move_data(comm, st, d, sig, kStepSeqBit | d.step, static_cast<const std::byte*>(send), own_result, count, false,
-            kind.reduce);
-  st.last_transfer_s = std::chrono::duration<double>(Clock::now() - decided_at).count();
-  if (telemetry::StepTiming* timing = comm.started_step_timing())
-    timing->record_collective(std::chrono::duration<double>(decided_at - arrived_at).count(), st.last_transfer_s);
-  if (contributes && own_result == out && out != nullptr && !st.cache.has(d.step)) {  // the server cached it already
-    auto slot = st.cache.claim(d.step);
-    if (bytes > 0 && slot.data() != out) std::memcpy(slot.data(), out, bytes);
+    if (opts.weight == 0) {
+      result.fate = Fate::none;
+    } else if (contributes) {
+      result.fate = next == d.step ? Fate::included : Fate::deferred;
+      result.contribution_step = d.step;
+    } else if (included_at != 0) {
+      result.fate = next == included_at ? Fate::included : Fate::deferred;
+      result.contribution_step = included_at;
+    } else {
+      result.fate = Fate::dropped;
+    }
+    return finish_call(next);
   }
-  st.latest = std::max(st.latest, d.step);
-
-  if (opts.weight == 0)
-    result.fate = Fate::none;
-  else if (contributes)
-    result.fate = next == d.step ? Fate::included : Fate::deferred;
-  else
-    result.fate = Fate::dropped;
-  if (contributes) result.contribution_step = d.step;
-  return finish_call(next);
 }
 
 PartialResult partial_finish(detail::CommImpl& comm) {
@@ -400,13 +545,9 @@ PartialResult partial_finish(detail::CommImpl& comm) {
     result.steps_behind = st.latest - st.applied;
     return result;
   }
-  const auto deadline = Clock::now() + comm.config().timeout;
-  st.link.send(partial::encode(partial::Finish{comm.rank(), st.applied}), deadline);
-  auto reply = st.link.receive(deadline);
-  if (!reply)
-    raise<TimeoutError>("partial_finish: rank ", comm.rank(), " waited ", comm.config().timeout.count(),
-                        " ms (ANTDT_TIMEOUT_MS) for every rank to finish");
-  const partial::Decision d = decision_from(comm, st, *reply);
+  const partial::Decision d =
+      ask_arbiter(comm, st, partial::encode(partial::Finish{comm.rank(), st.applied, st.latest}),
+                  "in partial_finish for every rank to finish");
   if (!d.catchups.empty())
     move_data(comm, st, d, st.last_signature, kFinishSeqBit | d.step, nullptr, nullptr, st.last_signature.count, true);
   st.latest = std::max(st.latest, d.step);

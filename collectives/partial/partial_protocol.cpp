@@ -9,8 +9,8 @@ namespace antdt::coll::partial {
 namespace {
 
 constexpr std::uint32_t kMagic = 0x50544441;  // "ADTP"
-constexpr std::uint16_t kVersion = 1;
-enum class Kind : std::uint16_t { arrival = 1, finish = 2, decision = 3, failure = 4 };
+constexpr std::uint16_t kVersion = 2;  // 2: dead ranks (holds, retry, generation, abandon)
+enum class Kind : std::uint16_t { arrival = 1, finish = 2, decision = 3, failure = 4, abandon = 5 };
 constexpr std::size_t kMaxReason = 4096;
 
 // The codec is core/wire_codec.hpp; these add the protocol's prefix and names.
@@ -62,6 +62,8 @@ Bytes encode(const Arrival& m) {
   w.put(static_cast<std::uint8_t>(m.policy));
   w.put(m.staleness);
   w.put(static_cast<std::uint8_t>(m.stale_synchronous ? 1 : 0));
+  w.put(m.holds);
+  w.put(static_cast<std::uint8_t>(m.retry ? 1 : 0));
   return w.take();
 }
 
@@ -69,6 +71,7 @@ Bytes encode(const Finish& m) {
   Writer w(Kind::finish);
   w.put(m.rank);
   w.put(m.applied);
+  w.put(m.holds);
   return w.take();
 }
 
@@ -87,9 +90,19 @@ Bytes encode(const Decision& m) {
   for (const auto& c : m.catchups) {
     w.put(c.rank);
     w.put(c.from_step);
+    w.put(c.contribution_step);
   }
   w.put(static_cast<std::uint32_t>(m.classes.size()));
   for (auto c : m.classes) w.put(static_cast<std::uint8_t>(c));
+  w.put(m.generation);
+  return w.take();
+}
+
+Bytes encode(const Abandon& m) {
+  Writer w(Kind::abandon);
+  w.put(m.step);
+  w.put(m.generation);
+  w.put(m.lost);
   return w.take();
 }
 
@@ -121,6 +134,10 @@ ToArbiter decode_to_arbiter(std::span<const std::byte> bytes, int ranks) {
       if (stale_synchronous > 1)
         raise<BootstrapError>("malformed partial-collective arrival: stale-synchronous flag ", int{stale_synchronous});
       m.stale_synchronous = stale_synchronous == 1;
+      m.holds = r.get<std::uint64_t>();
+      const auto retry = r.get<std::uint8_t>();
+      if (retry > 1) raise<BootstrapError>("malformed partial-collective arrival: retry flag ", int{retry});
+      m.retry = retry == 1;
       if (m.step == 0 || !(m.weight >= 0) || !(m.compute_s >= 0) || !(m.transfer_s >= 0))
         raise<BootstrapError>("malformed partial-collective arrival: step ", m.step, ", weight ", m.weight);
       r.end();
@@ -130,6 +147,7 @@ ToArbiter decode_to_arbiter(std::span<const std::byte> bytes, int ranks) {
       Finish m;
       m.rank = checked_rank(r.get<std::int32_t>(), ranks);
       m.applied = r.get<std::uint64_t>();
+      m.holds = r.get<std::uint64_t>();
       r.end();
       return m;
     }
@@ -157,14 +175,16 @@ FromArbiter decode_from_arbiter(std::span<const std::byte> bytes, int ranks) {
       for (auto& c : m.catchups) {
         c.rank = checked_rank(r.get<std::int32_t>(), ranks);
         c.from_step = r.get<std::uint64_t>();
+        c.contribution_step = r.get<std::uint64_t>();
       }
       m.classes.resize(checked_count(r.get<std::uint32_t>(), ranks));
       for (auto& c : m.classes) {
         auto v = r.get<std::uint8_t>();
-        if (v > static_cast<std::uint8_t>(StragglerClass::persistent))
+        if (v > static_cast<std::uint8_t>(StragglerClass::lost))
           raise<BootstrapError>("malformed partial-collective decision: class ", int{v});
         c = static_cast<StragglerClass>(v);
       }
+      m.generation = r.get<std::uint32_t>();
       r.end();
       return m;
     }
@@ -175,6 +195,15 @@ FromArbiter decode_from_arbiter(std::span<const std::byte> bytes, int ranks) {
         raise<BootstrapError>("malformed partial-collective failure: status ", status);
       m.status = static_cast<Status>(status);
       m.reason = r.get_string();
+      r.end();
+      return m;
+    }
+    case Kind::abandon: {
+      Abandon m;
+      m.step = r.get<std::uint64_t>();
+      m.generation = r.get<std::uint32_t>();
+      m.lost = checked_rank(r.get<std::int32_t>(), ranks);
+      if (m.step == 0) raise<BootstrapError>("malformed partial-collective abandon: step 0");
       r.end();
       return m;
     }

@@ -28,12 +28,16 @@ struct Arrival {
   LatePolicy policy = LatePolicy::wait;
   std::uint32_t staleness = 1;
   bool stale_synchronous = false;  // PartialOptions::stale_synchronous
+  // Dead ranks (docs/partial.md#dead-ranks):
+  std::uint64_t holds = 0;  // the newest result this rank holds (it completed every step up to it)
+  bool retry = false;       // this rank gave up the data movement of `step`'s decision (a rank of it was lost)
 };
 
 // rank -> arbiter: "I make no more steps" (partial_finish).
 struct Finish {
   std::int32_t rank = -1;
   std::uint64_t applied = 0;
+  std::uint64_t holds = 0;  // the newest result this rank holds
 };
 
 struct Contributor {
@@ -44,6 +48,9 @@ struct Contributor {
 struct CatchUp {
   std::int32_t rank = -1;
   std::uint64_t from_step = 0;  // needs results from_step..step pushed by the server
+  // Not 0: this rank's contribution is in that step's result after all (it
+  // gave up the step when a rank was lost, but others completed it).
+  std::uint64_t contribution_step = 0;
 };
 
 // arbiter -> every rank that takes part in `step`.
@@ -53,7 +60,20 @@ struct Decision {
   std::int32_t server = -1;       // pushes cached results to the catch-up ranks
   std::vector<Contributor> contributors;  // sorted by rank: the ring order
   std::vector<CatchUp> catchups;
-  std::vector<StragglerClass> classes;    // the Monitor's view of every rank after this step
+  std::vector<StragglerClass> classes;    // the Monitor's view of every rank after this step (lost: gone)
+  // Data-plane messages of this decision carry it in their tag; it grows each
+  // time a step is given up (a rank lost), so nothing of an attempt given up
+  // can match a later one.
+  std::uint32_t generation = 0;
+};
+
+// arbiter -> rank, unasked, while that rank may be moving the data of `step`:
+// a rank of the step was lost; give its data movement up and arrive again
+// (Arrival::retry). Stale ones (an older step or generation) are ignored.
+struct Abandon {
+  std::uint64_t step = 0;
+  std::uint32_t generation = 0;
+  std::int32_t lost = -1;  // the rank that was lost
 };
 
 // arbiter -> rank: the call fails with this status on that rank.
@@ -66,9 +86,10 @@ Bytes encode(const Arrival& m);
 Bytes encode(const Finish& m);
 Bytes encode(const Decision& m);
 Bytes encode(const Failure& m);
+Bytes encode(const Abandon& m);
 
 using ToArbiter = std::variant<Arrival, Finish>;
-using FromArbiter = std::variant<Decision, Failure>;
+using FromArbiter = std::variant<Decision, Failure, Abandon>;
 // `ranks` bounds rank fields and list lengths.
 ToArbiter decode_to_arbiter(std::span<const std::byte> bytes, int ranks);
 FromArbiter decode_from_arbiter(std::span<const std::byte> bytes, int ranks);

@@ -154,9 +154,13 @@ struct PartialResult {
   int participants = 0;                 // contributors to `step`'s result
   double total_weight = 0;              // their total weight
   std::uint64_t steps_behind = 0;       // results still to fetch: call again with weight 0 to get them
+  // Ranks the arbiter knew were gone when it decided `step` (straggler_class() says which: lost).
+  // Their contributions since are in no result: a data loader serves their samples again.
+  int lost_ranks = 0;
 };
 
-enum class StragglerClass : std::uint8_t { healthy = 0, leader = 1, deterministic = 2, transient = 3, persistent = 4 };
+// lost: the rank's process is gone (docs/partial.md#dead-ranks); the steps go on without it.
+enum class StragglerClass : std::uint8_t { healthy = 0, leader = 1, deterministic = 2, transient = 3, persistent = 4, lost = 5 };
 ANTDT_API std::string_view straggler_class_name(StragglerClass c) noexcept;
 
 namespace detail { class CommImpl; }

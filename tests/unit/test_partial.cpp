@@ -496,6 +496,150 @@ TEST(ArbiterTest, DeferredRankIsSentOnlyTheResultsItMissed) {
   EXPECT_EQ(d->catchups[0].from_step, 4u) << "only from the step it missed (it holds 3)";
 }
 
+// Dead ranks (docs/partial.md#dead-ranks): rank 2 dies while every rank moves
+// the data of step 1. Nobody completed it: the survivors give it up, and the
+// arbiter re-runs it among them under a new tag generation.
+TEST(ArbiterTest, LostRankDuringAStepIsReRunAmongTheSurvivors) {
+  namespace p = coll::partial;
+  p::ArbiterConfig cfg;
+  cfg.ranks = 4;
+  cfg.grace_s = 0.010;
+  cfg.warmup_steps = 0;
+  p::Arbiter arb(cfg);
+  std::vector<p::Arbiter::Out> out;
+  const auto t = p::Clock::now();
+  for (int r = 0; r < 4; ++r) arb.on_arrival(arrival_of(r, 1, LatePolicy::defer), t, out);
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(std::get<p::Decision>(out[0].message).generation, 0u);
+  out.clear();
+  arb.on_rank_lost(2, t, out);
+  ASSERT_EQ(out.size(), 3u) << "every survivor of the step is told to give it up";
+  for (const auto& o : out) {
+    const auto& abandon = std::get<p::Abandon>(o.message);
+    EXPECT_EQ(abandon.step, 1u);
+    EXPECT_EQ(abandon.lost, 2);
+  }
+  out.clear();
+  for (int r : {0, 1}) {
+    auto retry = arrival_of(r, 1, LatePolicy::defer);
+    retry.retry = true;
+    arb.on_arrival(retry, t, out);
+  }
+  EXPECT_TRUE(out.empty()) << "decided before rank 3 was heard of";
+  auto retry = arrival_of(3, 1, LatePolicy::defer);
+  retry.retry = true;
+  arb.on_arrival(retry, t, out);
+  ASSERT_EQ(out.size(), 3u);
+  for (const auto& o : out) {
+    const auto& d = std::get<p::Decision>(o.message);
+    EXPECT_EQ(d.step, 1u);
+    EXPECT_EQ(d.generation, 1u) << "a re-run must not match messages of the attempt given up";
+    ASSERT_EQ(d.contributors.size(), 3u);
+    for (const auto& c : d.contributors) EXPECT_NE(c.rank, 2);
+    EXPECT_NE(d.server, 2);
+    EXPECT_EQ(d.classes.at(2), StragglerClass::lost);
+  }
+  out.clear();
+  // The next step closes without waiting for the dead rank.
+  for (int r : {0, 1, 3}) {
+    auto a = arrival_of(r, 2, LatePolicy::defer);
+    a.holds = 1;
+    arb.on_arrival(a, t, out);
+  }
+  ASSERT_EQ(out.size(), 3u);
+  const auto& d2 = std::get<p::Decision>(out[0].message);
+  EXPECT_EQ(d2.step, 2u);
+  EXPECT_EQ(d2.contributors.size(), 3u);
+  EXPECT_EQ(d2.generation, 1u);
+}
+
+// Rank 2 dies during step 1 after ranks 0 and 3 completed it: rank 1, which
+// gave it up, fetches the result they hold, with its contribution counted in it.
+TEST(ArbiterTest, LostRankAfterOthersCompletedTheStepLetsTheRestFetchIt) {
+  namespace p = coll::partial;
+  p::ArbiterConfig cfg;
+  cfg.ranks = 4;
+  cfg.grace_s = 0.010;
+  cfg.warmup_steps = 0;
+  p::Arbiter arb(cfg);
+  std::vector<p::Arbiter::Out> out;
+  const auto t = p::Clock::now();
+  for (int r = 0; r < 4; ++r) arb.on_arrival(arrival_of(r, 1, LatePolicy::drop), t, out);
+  out.clear();
+  auto next = [&](int r) {
+    auto a = arrival_of(r, 2, LatePolicy::drop);
+    a.holds = 1;
+    arb.on_arrival(a, t, out);
+  };
+  next(0);  // completed step 1 before the loss was known
+  arb.on_rank_lost(2, t, out);
+  ASSERT_EQ(out.size(), 2u) << "ranks 1 and 3 are not heard of yet";
+  out.clear();
+  auto retry = arrival_of(1, 1, LatePolicy::drop);
+  retry.retry = true;
+  arb.on_arrival(retry, t, out);
+  EXPECT_TRUE(out.empty());
+  next(3);
+  // Step 2: ranks 0 and 3 on time, rank 1 fetches steps 1 and 2, rank 2 lost: it closes at once.
+  ASSERT_EQ(out.size(), 3u);
+  const auto& d = std::get<p::Decision>(out[0].message);
+  EXPECT_EQ(d.step, 2u);
+  ASSERT_EQ(d.contributors.size(), 2u);
+  ASSERT_EQ(d.catchups.size(), 1u);
+  EXPECT_EQ(d.catchups[0].rank, 1);
+  EXPECT_EQ(d.catchups[0].from_step, 1u);
+  EXPECT_EQ(d.catchups[0].contribution_step, 1u) << "its contribution is in step 1's result";
+  EXPECT_EQ(d.generation, 1u);
+  EXPECT_EQ(d.classes.at(2), StragglerClass::lost);
+}
+
+// Under wait (BSP) a lost rank fails every survivor with PeerLostError's status, naming it.
+TEST(ArbiterTest, WaitPolicyLostRankIsPeerLostOnEveryRank) {
+  namespace p = coll::partial;
+  p::ArbiterConfig cfg;
+  cfg.ranks = 3;
+  cfg.describe_rank = [](int r) { return "rank " + std::to_string(r) + " (pid 77 on host h)"; };
+  p::Arbiter arb(cfg);
+  std::vector<p::Arbiter::Out> out;
+  const auto t = p::Clock::now();
+  arb.on_arrival(arrival_of(0, 1, LatePolicy::wait), t, out);
+  arb.on_arrival(arrival_of(1, 1, LatePolicy::wait), t, out);
+  arb.on_rank_lost(2, t, out);
+  ASSERT_EQ(out.size(), 2u);
+  for (const auto& o : out) {
+    const auto& f = std::get<p::Failure>(o.message);
+    EXPECT_EQ(f.status, Status::peer_lost);
+    EXPECT_NE(f.reason.find("rank 2 (pid 77 on host h)"), std::string::npos) << f.reason;
+  }
+}
+
+TEST(PartialProtocol, DeadRankFieldsRoundTrip) {
+  namespace p = coll::partial;
+  p::Abandon a{7, 3, 2};
+  const auto back = std::get<p::Abandon>(p::decode_from_arbiter(p::encode(a), 4));
+  EXPECT_EQ(back.step, 7u);
+  EXPECT_EQ(back.generation, 3u);
+  EXPECT_EQ(back.lost, 2);
+  EXPECT_THROW(p::decode_from_arbiter(p::encode(p::Abandon{7, 3, 9}), 4), BootstrapError);
+  auto arrival = arrival_of(1, 5, LatePolicy::defer);
+  arrival.retry = true;
+  arrival.holds = 4;
+  const auto in = std::get<p::Arrival>(p::decode_to_arbiter(p::encode(arrival), 4));
+  EXPECT_TRUE(in.retry);
+  EXPECT_EQ(in.holds, 4u);
+  p::Decision d;
+  d.step = 2;
+  d.server = 0;
+  d.contributors = {{0, 1.0, 2}};
+  d.catchups = {{1, 1, 1}};
+  d.classes = {StragglerClass::healthy, StragglerClass::lost};
+  d.generation = 9;
+  const auto dd = std::get<p::Decision>(p::decode_from_arbiter(p::encode(d), 2));
+  EXPECT_EQ(dd.generation, 9u);
+  EXPECT_EQ(dd.catchups[0].contribution_step, 1u);
+  EXPECT_EQ(dd.classes[1], StragglerClass::lost);
+}
+
 TEST(PartialProtocol, RejectsGarbage) {
   coll::partial::Decision d;
   d.step = 3;

@@ -65,7 +65,7 @@ void bind_enums(py::module_& m) {
   py::enum_<StragglerClass>(m, "StragglerClass")
       .value("healthy", StragglerClass::healthy).value("leader", StragglerClass::leader)
       .value("deterministic", StragglerClass::deterministic).value("transient", StragglerClass::transient)
-      .value("persistent", StragglerClass::persistent);
+      .value("persistent", StragglerClass::persistent).value("lost", StragglerClass::lost);
 }
 
 void bind_records(py::module_& m) {
@@ -89,7 +89,8 @@ void bind_records(py::module_& m) {
       .def_readonly("contribution_step", &PartialResult::contribution_step)
       .def_readonly("participants", &PartialResult::participants)
       .def_readonly("total_weight", &PartialResult::total_weight)
-      .def_readonly("steps_behind", &PartialResult::steps_behind);
+      .def_readonly("steps_behind", &PartialResult::steps_behind)
+      .def_readonly("lost_ranks", &PartialResult::lost_ranks);
 }
 
 void bind_communicator(py::module_& m) {
