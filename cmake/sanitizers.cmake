@@ -48,3 +48,12 @@ set(ANTDT_SANITIZER_RUNTIME_IN_PROGRAM OFF)
 if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang" AND (ANTDT_SANITIZER_FLAGS OR ANTDT_FUZZ))
   set(ANTDT_SANITIZER_RUNTIME_IN_PROGRAM ON)
 endif()
+
+# Seconds an mpirun test may take (tests/integration): instrumented ranks,
+# oversubscribed on a 2-core CI machine, compute their checks several times
+# slower (ASan + UBSan + libFuzzer's comparison tracing), so sanitizer builds
+# allow 5x the plain build's 120 s.
+set(ANTDT_MPI_TEST_TIMEOUT_S 120)
+if(ANTDT_SANITIZER_FLAGS)
+  set(ANTDT_MPI_TEST_TIMEOUT_S 600)
+endif()
