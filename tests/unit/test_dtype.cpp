@@ -791,8 +791,10 @@ void check_weighted_native(DataType t, unsigned seed) {
       std::vector<T> src(n + offset), acc(n + offset), want(n + offset);
       std::uniform_int_distribution<int> value(-1000, 1000);
       for (std::size_t i = 0; i < n + offset; ++i) {
-        src[i] = static_cast<T>(std::is_floating_point_v<T> ? value(rng) / 7.0 : value(rng));
-        acc[i] = want[i] = static_cast<T>(std::is_floating_point_v<T> ? value(rng) / 3.0 : value(rng));
+        // Integers convert from int (modular for i8/u8); a double out of the
+        // type's range would be undefined (UBSan float-cast-overflow).
+        src[i] = std::is_floating_point_v<T> ? static_cast<T>(value(rng) / 7.0) : static_cast<T>(value(rng));
+        acc[i] = want[i] = std::is_floating_point_v<T> ? static_cast<T>(value(rng) / 3.0) : static_cast<T>(value(rng));
       }
       const double weight = std::is_floating_point_v<T> ? 0.3 : 3;
       for (bool first : {false, true}) {
