@@ -38,3 +38,22 @@ if(ANTDT_FUZZ)
   endif()
   add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:-fsanitize=fuzzer-no-link>")
 endif()
+
+# clang links its sanitizer and libFuzzer runtimes into executables only, so a
+# shared library of a clang sanitizer or fuzz build leaves __asan_*, __tsan_*,
+# __ubsan_* and __sancov_* to the program that loads it: the library's
+# --no-undefined link check is dropped there (CMakeLists.txt, antdt_comm).
+# gcc links its runtimes into shared libraries too and keeps the check.
+set(ANTDT_SANITIZER_RUNTIME_IN_PROGRAM OFF)
+if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang" AND (ANTDT_SANITIZER_FLAGS OR ANTDT_FUZZ))
+  set(ANTDT_SANITIZER_RUNTIME_IN_PROGRAM ON)
+endif()
+
+# Seconds an mpirun test may take (tests/integration): instrumented ranks,
+# oversubscribed on a 2-core CI machine, compute their checks several times
+# slower (ASan + UBSan + libFuzzer's comparison tracing), so sanitizer builds
+# allow 5x the plain build's 120 s.
+set(ANTDT_MPI_TEST_TIMEOUT_S 120)
+if(ANTDT_SANITIZER_FLAGS)
+  set(ANTDT_MPI_TEST_TIMEOUT_S 600)
+endif()

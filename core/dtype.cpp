@@ -31,6 +31,7 @@
 #include <type_traits>
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -135,8 +136,15 @@ __attribute__((target("avx,f16c"))) void float_block_to_half_f16c(std::uint16_t*
   }
   float_block_to_half_portable(dst + i, src + i, n - i);
 }
+// F16C is read from CPUID leaf 1 (ECX bit 29) directly: clang 14's
+// __builtin_cpu_supports does not know "f16c" (the libFuzzer build uses clang).
+// "avx" stays with the builtin, which also checks that the OS saves YMM state.
+bool cpuid_has_f16c() noexcept {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
 bool cpu_has_f16c() noexcept {
-  static const bool has = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  static const bool has = __builtin_cpu_supports("avx") && cpuid_has_f16c();
   return has;
 }
 #endif

@@ -14,13 +14,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <utility>
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace antdt;
   if (size == 0) return 0;
   // Stays under the socket buffer, so the write below never blocks.
   const std::size_t n = std::min<std::size_t>(size - 1, 32 * 1024);
-  auto [reader_end, writer_end] = control::socket_pair();
+  // Not a structured binding: clang 14 cannot capture one in the lambda below.
+  auto ends = control::socket_pair();
+  net::Fd reader_end = std::move(ends.first);
+  net::Fd writer_end = std::move(ends.second);
   if (n > 0 && ::write(writer_end.get(), data + 1, n) != static_cast<ssize_t>(n)) std::abort();
   writer_end = {};
   fuzz::refuse_cleanly([&] {

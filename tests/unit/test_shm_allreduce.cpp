@@ -132,7 +132,9 @@ TEST_P(ShmAllreduce, BulkAreaEveryDtypeAndOpMatchesTheReferenceOnEveryRank) {
 TEST_P(ShmAllreduce, ResultIsTheRankOrderReduction) {
   // Every rank must compute ((x0 + x1) + x2) + ...: f32 values whose sums
   // round differently in another order.
-  const auto [kind, n] = GetParam();
+  // Not a structured binding: clang 14 cannot capture one in the lambda below.
+  const auto kind = std::get<0>(GetParam());
+  const auto n = std::get<1>(GetParam());
   for (const std::size_t count : {std::size_t{64}, std::size_t{3000}})  // the mailbox, the bulk area
   expect_all_ok(run_ranks(
       n, kind,
