@@ -74,7 +74,7 @@ straggler() {  # straggler <label> <loop options...>: wait and defer alternating
   for ((i = 1; i <= launches; i++)); do
     for late in wait defer; do
       through_shim -x ANTDT_NCCL_LATE=$late -- -S "$steps" -c 10 -B 262144 "$@" 2>"$dir/stderr.$late.$i" |
-        awk '/steps\/s/ {for (k = 1; k <= NF; ++k) if ($(k + 1) == "steps/s") print $k}' >>"$dir/$late"
+        awk '/steps\/s/ {for (k = 1; k < NF; ++k) if ($(k + 1) == "steps/s") {print $k; break}}' >>"$dir/$late"
     done
   done
   local w d
