@@ -498,7 +498,10 @@ void Arbiter::on_rank_lost(int rank, Clock::time_point now, std::vector<Out>& ou
   // whose data movement it may have broken are settled among the survivors.
   if (policy_ != LatePolicy::wait) {
     std::vector<std::uint64_t> broken;
-    for (const auto& [step, d] : recent_) {
+    for (const auto& entry : recent_) {
+      // (not a structured binding: clang 14 cannot capture one in the lambda)
+      const std::uint64_t step = entry.first;
+      const Decision& d = entry.second;
       bool takes_part = false, unsettled = false;
       for_each_participant(d, cfg_.ranks, [&](int r) {
         takes_part |= r == rank;
