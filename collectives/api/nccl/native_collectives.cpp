@@ -382,25 +382,29 @@ ncclResult_t Scatter(const void* sendbuff, void* recvbuff, size_t count, ncclDat
   });
 }
 
-ncclResult_t Send(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t) {
-  constexpr const char* what = "ncclSend";
-  DataType dt;
+// The checks ncclSend and ncclRecv share: a usable communicator, a known
+// dtype, a peer in range and a buffer unless count is 0.
+static ncclResult_t check_point_to_point(ncclComm_t comm, const char* what, const void* buff, size_t count,
+                                         ncclDataType_t datatype, int peer, DataType& dt) {
   if (ncclResult_t r = usable(comm, what); r != ncclSuccess) return r;
   if (!to_dtype(comm, datatype, dt)) return ncclInvalidArgument;
   if (ncclResult_t r = check_root(comm, what, peer); r != ncclSuccess) return r;
-  if (ncclResult_t r = check_buffers(comm, what, sendbuff, sendbuff, count); r != ncclSuccess) return r;
-  return run_or_record(comm, what, [=](antdt::Communicator& c) { c.send(sendbuff, count, dt, peer); },
+  return check_buffers(comm, what, buff, buff, count);
+}
+
+ncclResult_t Send(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t) {
+  DataType dt;
+  if (ncclResult_t r = check_point_to_point(comm, "ncclSend", sendbuff, count, datatype, peer, dt); r != ncclSuccess)
+    return r;
+  return run_or_record(comm, "ncclSend", [=](antdt::Communicator& c) { c.send(sendbuff, count, dt, peer); },
                        CallKind::point_to_point);
 }
 
 ncclResult_t Recv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t) {
-  constexpr const char* what = "ncclRecv";
   DataType dt;
-  if (ncclResult_t r = usable(comm, what); r != ncclSuccess) return r;
-  if (!to_dtype(comm, datatype, dt)) return ncclInvalidArgument;
-  if (ncclResult_t r = check_root(comm, what, peer); r != ncclSuccess) return r;
-  if (ncclResult_t r = check_buffers(comm, what, recvbuff, recvbuff, count); r != ncclSuccess) return r;
-  return run_or_record(comm, what, [=](antdt::Communicator& c) { c.recv(recvbuff, count, dt, peer); },
+  if (ncclResult_t r = check_point_to_point(comm, "ncclRecv", recvbuff, count, datatype, peer, dt); r != ncclSuccess)
+    return r;
+  return run_or_record(comm, "ncclRecv", [=](antdt::Communicator& c) { c.recv(recvbuff, count, dt, peer); },
                        CallKind::point_to_point);
 }
 
