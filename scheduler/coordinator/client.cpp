@@ -16,7 +16,21 @@ CoordinatorClient::CoordinatorClient(const net::Endpoint& address, std::span<con
       incarnation_(incarnation), generation_(generation), timeout_(timeout) {
   ANTDT_CHECK_ARG(rank >= 0 && rank < world_size, "coordinator client: rank ", rank, " out of range [0, ", world_size,
                   ")");
-  connect(Clock::now() + timeout_, false);
+  // A coordinator killed during this first handshake (and started again on the
+  // same address) closes the link half-way: that is a broken connection, not a
+  // refusal, so try again until the deadline as call() does after a loss.
+  const auto deadline = Clock::now() + timeout_;
+  for (;;) {
+    try {
+      connect(deadline, false);
+      return;
+    } catch (const Error& e) {
+      if (e.status() != Status::transport || Clock::now() >= deadline) throw;
+      ANTDT_WARN("rank ", rank_, ": the coordinator connection broke during the handshake (", e.what(),
+                 "); connecting again");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
 }
 
 CoordinatorClient::~CoordinatorClient() = default;
