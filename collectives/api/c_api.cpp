@@ -3,6 +3,7 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 
+#include <cstddef>
 #include <new>
 #include <string>
 
@@ -47,10 +48,14 @@ ReduceOp c_api_op(antdtReduceOp_t o) {
   return op;
 }
 
+// antdtPartialResult grew lost_ranks: a caller compiled before passes the
+// size without it, and is served everything up to steps_behind.
+constexpr std::size_t kPartialResultSizeBeforeLostRanks = offsetof(antdtPartialResult, lost_ranks);
+
 void c_api_check_partial_result(const antdtPartialResult* out) {
-  ANTDT_CHECK_ARG(out == nullptr || out->struct_size >= sizeof(antdtPartialResult),
+  ANTDT_CHECK_ARG(out == nullptr || out->struct_size >= kPartialResultSizeBeforeLostRanks,
                   "antdtPartialResult.struct_size is ", out ? out->struct_size : 0, ", expected at least ",
-                  sizeof(antdtPartialResult), " (set it to sizeof(antdtPartialResult))");
+                  kPartialResultSizeBeforeLostRanks, " (set it to sizeof(antdtPartialResult))");
 }
 
 void c_api_partial_result(const PartialResult& r, antdtPartialResult* out) {
@@ -62,6 +67,8 @@ void c_api_partial_result(const PartialResult& r, antdtPartialResult* out) {
   out->participants = r.participants;
   out->total_weight = r.total_weight;
   out->steps_behind = r.steps_behind;
+  if (out->struct_size >= offsetof(antdtPartialResult, lost_ranks) + sizeof out->lost_ranks)
+    out->lost_ranks = r.lost_ranks;
 }
 
 }  // namespace antdt::api

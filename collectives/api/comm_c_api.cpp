@@ -139,6 +139,18 @@ antdtStatus_t antdtPartialFinish(antdtComm_t comm, antdtPartialResult* result) {
   });
 }
 
+static_assert(static_cast<int>(antdt::StragglerClass::lost) == ANTDT_STRAGGLER_LOST &&
+                  static_cast<int>(antdt::StragglerClass::persistent) == ANTDT_STRAGGLER_PERSISTENT &&
+                  static_cast<int>(antdt::StragglerClass::healthy) == ANTDT_STRAGGLER_HEALTHY,
+              "antdtStragglerClass_t mirrors antdt::StragglerClass");
+
+antdtStatus_t antdtStragglerClass(antdtComm_t comm, int rank, antdtStragglerClass_t* cls) {
+  return c_api_guarded([&] {
+    ANTDT_CHECK_ARG(cls != nullptr, "straggler class pointer is null");
+    *cls = static_cast<antdtStragglerClass_t>(c_api_comm(comm).straggler_class(rank));
+  });
+}
+
 }  // extern "C"
 
 extern "C" {  // the rest of the collective suite

@@ -98,11 +98,22 @@ typedef struct {
   int participants;
   double total_weight;
   uint64_t steps_behind;
+  /* Ranks the arbiter knew were gone when it decided `step` (antdtStragglerClass says which:
+     ANTDT_STRAGGLER_LOST); their contributions since are in no result. Written only when struct_size
+     covers it: a caller built before it existed passes the smaller size and is served as before. */
+  int lost_ranks;
 } antdtPartialResult;
 ANTDT_API antdtStatus_t antdtPartialAllReduce(const void* sendbuf, void* recvbuf, size_t count, antdtDataType_t dtype,
                                               antdtReduceOp_t op, const antdtPartialOptions* opts,
                                               antdtPartialResult* result, antdtComm_t comm);
 ANTDT_API antdtStatus_t antdtPartialFinish(antdtComm_t comm, antdtPartialResult* result);
+/* How the arbiter last classified `rank` (antdt::StragglerClass; docs/partial.md). */
+typedef enum {
+  ANTDT_STRAGGLER_HEALTHY = 0, ANTDT_STRAGGLER_LEADER = 1, ANTDT_STRAGGLER_DETERMINISTIC = 2,
+  ANTDT_STRAGGLER_TRANSIENT = 3, ANTDT_STRAGGLER_PERSISTENT = 4,
+  ANTDT_STRAGGLER_LOST = 5 /* the rank's process is gone; the steps go on without it */
+} antdtStragglerClass_t;
+ANTDT_API antdtStatus_t antdtStragglerClass(antdtComm_t comm, int rank, antdtStragglerClass_t* cls);
 
 /* ---- Collective suite (docs/collectives.md). Host memory; counts from 0. ---- */
 /* sendbuf: size blocks of recvcount elements; recvbuf gets block `rank` reduced.

@@ -8,6 +8,8 @@
 //     error, its last result reports the rank lost (lost_ranks, straggler_class),
 //     all survivors applied the same results and hold bit-identical models, and
 //     a plain allreduce afterwards raises PeerLostError naming rank 2 within 2 s.
+//   * drop through the C API (antdt/comm.h: lost_ranks, antdtStragglerClass,
+//     ANTDT_ERR_PEER_LOST), victim rank 2: the same checks.
 //   * victim rank 0 (the arbiter's host): every survivor's partial_allreduce
 //     raises PeerLostError naming rank 0 within 2 s.
 //   The gradients are 1 MiB with no compute between steps, so most kills land
@@ -16,6 +18,7 @@
 // Rank:   antdt_partial_kill_driver rank <policy> <floats> <victim> <dir>
 #include "child_process.hpp"
 
+#include <antdt/comm.h>
 #include <antdt/comm.hpp>
 
 #include <signal.h>
@@ -28,6 +31,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -66,12 +70,102 @@ void touch(const std::string& path, const std::string& text = "") {
 // ---------------------------------------------------------------------------
 // One rank
 // ---------------------------------------------------------------------------
+// The calls a rank makes, through the C++ API or the C API (antdt/comm.h):
+// both must report the dead rank (lost_ranks, the lost class, PeerLostError).
+class RankApi {
+ public:
+  virtual ~RankApi() = default;
+  virtual int rank() = 0;
+  virtual antdt::PartialResult partial(const float* send, float* recv, std::size_t count,
+                                       const antdt::PartialOptions& opts) = 0;
+  virtual antdt::PartialResult finish() = 0;
+  virtual antdt::StragglerClass straggler_class(int rank) = 0;
+  virtual void allreduce(const float* send, float* recv, std::size_t count) = 0;
+};
+
+class CppApi final : public RankApi {
+ public:
+  int rank() override { return comm_.rank(); }
+  antdt::PartialResult partial(const float* send, float* recv, std::size_t count,
+                               const antdt::PartialOptions& opts) override {
+    return comm_.partial_allreduce(send, recv, count, DataType::f32, ReduceOp::avg, opts);
+  }
+  antdt::PartialResult finish() override { return comm_.partial_finish(); }
+  antdt::StragglerClass straggler_class(int rank) override { return comm_.straggler_class(rank); }
+  void allreduce(const float* send, float* recv, std::size_t count) override {
+    comm_.allreduce(send, recv, count, DataType::f32, ReduceOp::sum);
+  }
+
+ private:
+  Communicator comm_ = Communicator::from_env();
+};
+
+// A C status becomes the C++ error of that status, so both APIs share one rank loop.
+void check_c(antdtStatus_t status) {
+  if (status == ANTDT_OK) return;
+  if (status == ANTDT_ERR_INVALID_ARGUMENT) throw antdt::InvalidArgument(antdtLastError());
+  throw antdt::Error(static_cast<antdt::Status>(status), antdtLastError());
+}
+
+class CApi final : public RankApi {
+ public:
+  CApi() { check_c(antdtCommInitFromEnv(&comm_)); }
+  ~CApi() override { antdtCommDestroy(comm_); }
+  int rank() override {
+    int r = -1;
+    check_c(antdtCommRank(comm_, &r));
+    return r;
+  }
+  antdt::PartialResult partial(const float* send, float* recv, std::size_t count,
+                               const antdt::PartialOptions& opts) override {
+    antdtPartialOptions o{sizeof(antdtPartialOptions), static_cast<antdtLatePolicy_t>(opts.policy), opts.weight,
+                          opts.staleness, opts.samples};
+    antdtPartialResult r{};
+    r.struct_size = sizeof r;
+    r.lost_ranks = -1;  // must be written
+    check_c(antdtPartialAllReduce(send, recv, count, ANTDT_F32, ANTDT_AVG, &o, &r, comm_));
+    return from_c(r);
+  }
+  antdt::PartialResult finish() override {
+    antdtPartialResult r{};
+    r.struct_size = sizeof r;
+    r.lost_ranks = -1;
+    check_c(antdtPartialFinish(comm_, &r));
+    return from_c(r);
+  }
+  antdt::StragglerClass straggler_class(int rank) override {
+    antdtStragglerClass_t c = ANTDT_STRAGGLER_HEALTHY;
+    check_c(antdtStragglerClass(comm_, rank, &c));
+    return static_cast<antdt::StragglerClass>(c);
+  }
+  void allreduce(const float* send, float* recv, std::size_t count) override {
+    check_c(antdtAllReduce(send, recv, count, ANTDT_F32, ANTDT_SUM, comm_));
+  }
+
+ private:
+  static antdt::PartialResult from_c(const antdtPartialResult& c) {
+    antdt::PartialResult r;
+    r.step = c.step;
+    r.fate = static_cast<antdt::Fate>(c.fate);
+    r.contribution_step = c.contribution_step;
+    r.participants = c.participants;
+    r.total_weight = c.total_weight;
+    r.steps_behind = c.steps_behind;
+    r.lost_ranks = c.lost_ranks;
+    return r;
+  }
+  antdtComm_t comm_ = nullptr;
+};
+
+// policy_name: drop, defer, or drop-c (drop through the C API).
 int run_rank(const std::string& policy_name, std::size_t count, int victim, const std::string& dir) {
-  Communicator comm = Communicator::from_env();
-  const int rank = comm.rank();
+  std::unique_ptr<RankApi> api;
+  if (policy_name.ends_with("-c")) api = std::make_unique<CApi>();
+  else api = std::make_unique<CppApi>();
+  const int rank = api->rank();
   const std::string lost_name = "rank " + std::to_string(victim);
   antdt::PartialOptions opts;
-  opts.policy = policy_name == "drop" ? LatePolicy::drop : LatePolicy::defer;
+  opts.policy = policy_name.starts_with("drop") ? LatePolicy::drop : LatePolicy::defer;
   opts.weight = 1;
   std::vector<float> grad(count), result(count), model(count, 0.0f);
   std::uint64_t applied = 0, included = 0, deferred = 0, dropped = 0;
@@ -91,7 +185,7 @@ int run_rank(const std::string& policy_name, std::size_t count, int victim, cons
       opts.weight = 1;
       antdt::PartialResult r;
       try {
-        r = comm.partial_allreduce(grad.data(), result.data(), count, DataType::f32, ReduceOp::avg, opts);
+        r = api->partial(grad.data(), result.data(), count, opts);
       } catch (const antdt::InvalidArgument& e) {
         // A rank that arrived late after every other rank finished got the final
         // results instead of a step (docs/partial.md): its run is over.
@@ -104,17 +198,17 @@ int run_rank(const std::string& policy_name, std::size_t count, int victim, cons
       apply(r);
       opts.weight = 0;
       while (r.steps_behind > 0) {
-        r = comm.partial_allreduce(nullptr, result.data(), count, DataType::f32, ReduceOp::avg, opts);
+        r = api->partial(nullptr, result.data(), count, opts);
         apply(r);
       }
       if (i == kKillAfter) touch(dir + "/ready." + std::to_string(rank));
       // A little compute, so that no rank drifts ahead by more than the cached results.
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
-    auto f = comm.partial_finish();
+    auto f = api->finish();
     opts.weight = 0;
     while (f.steps_behind > 0) {
-      f = comm.partial_allreduce(nullptr, result.data(), count, DataType::f32, ReduceOp::avg, opts);
+      f = api->partial(nullptr, result.data(), count, opts);
       apply(f);
     }
   } catch (const antdt::Error& e) {
@@ -131,7 +225,7 @@ int run_rank(const std::string& policy_name, std::size_t count, int victim, cons
     return 1;
   }
   bool ok = true;
-  const auto cls = comm.straggler_class(victim);
+  const auto cls = api->straggler_class(victim);
   if (last.lost_ranks != 1 || cls != antdt::StragglerClass::lost) {
     std::printf("partial_kill: rank %d: FAIL: the last result (step %llu) reports %d lost rank(s), rank %d %s\n",
                 rank, static_cast<unsigned long long>(last.step), last.lost_ranks, victim,
@@ -142,7 +236,7 @@ int run_rank(const std::string& policy_name, std::size_t count, int victim, cons
   const auto start = Clock::now();
   std::string plain;
   try {
-    comm.allreduce(grad.data(), result.data(), count, DataType::f32, ReduceOp::sum);
+    api->allreduce(grad.data(), result.data(), count);
     plain = "FAIL: a plain allreduce completed with a dead rank in the communicator";
     ok = false;
   } catch (const antdt::Error& e) {
@@ -269,10 +363,10 @@ int main(int argc, char** argv) {
     }
   }
   const std::string self = std::filesystem::canonical("/proc/self/exe").string();
-  if (argc == 4)  // one case: <drop|defer> <floats> <victim>
+  if (argc == 4)  // one case: <drop|defer|drop-c> <floats> <victim>
     return run_case(self, argv[1], static_cast<std::size_t>(std::atol(argv[2])), std::atoi(argv[3])) ? 0 : 1;
   if (argc != 1) {
-    std::fprintf(stderr, "usage: %s [<drop|defer> <floats> <victim>]   (ranks: %s rank <drop|defer> <floats> <victim> <dir>)\n",
+    std::fprintf(stderr, "usage: %s [<drop|defer|drop-c> <floats> <victim>]   (ranks: %s rank <policy> <floats> <victim> <dir>)\n",
                  argv[0], argv[0]);
     return 2;
   }
@@ -281,6 +375,7 @@ int main(int argc, char** argv) {
   ok = run_case(self, "drop", std::size_t{1} << 18, 2) && ok;
   ok = run_case(self, "defer", 1024, 2) && ok;
   ok = run_case(self, "drop", 1024, 0) && ok;
+  ok = run_case(self, "drop-c", 1024, 2) && ok;  // the C API reports the loss as the C++ one does
   std::printf("partial_kill: %s\n", ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;
 }
