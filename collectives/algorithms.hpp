@@ -18,9 +18,28 @@ void allreduce_ring(Call& call, const std::byte* send, std::byte* recv, std::siz
 // Topology-aware (allreduce_hierarchical.cpp): the ranks of each node
 // reduce-scatter among themselves, the ranks holding the same slice on each
 // node AllReduce it with a ring across the nodes, and each node allgathers
-// its slices. With the nodes unequal in size it runs the flat ring.
+// its slices. With the nodes unequal in size it runs the flat ring. Over
+// `members` (a partial step's contributors; every rank when empty).
 void allreduce_hierarchical(Call& call, const std::byte* send, std::byte* recv, std::size_t count, DataType dtype,
-                            ReduceOp op);
+                            ReduceOp op, std::span<const int> members = {});
+// Topology-aware ReduceScatter (reduce_scatter_hierarchical.cpp): each node
+// reduce-scatters among its ranks the blocks of the ranks at each local
+// position, then the ranks at one position reduce-scatter those blocks across
+// the nodes (one ring per position). Same arguments as reduce_scatter_ring.
+void reduce_scatter_hierarchical(Call& call, const std::byte* send, std::byte* recv, std::size_t count,
+                                 DataType dtype, ReduceOp op);
+// Topology-aware AllGather(v) (allgather_hierarchical.cpp): the ranks at one
+// local position gather their blocks across the nodes (one ring per
+// position), then each node allgathers those among its ranks. Same arguments
+// as allgather_ring.
+void allgather_hierarchical(Call& call, const std::byte* send, std::byte* recv, std::span<const std::size_t> counts,
+                            std::span<const std::size_t> displs, std::size_t esize);
+// Topology-aware Broadcast (broadcast_hierarchical.cpp): the root hands slice
+// q to its node's rank q, which chains it across the nodes to the rank q of
+// every node; then each node allgathers its slices. Same arguments as
+// broadcast_chain, plus the element size (slices end on element boundaries).
+void broadcast_hierarchical(Call& call, const std::byte* send, std::byte* recv, std::size_t bytes, int root,
+                            std::size_t esize);
 
 // Pipelined chain root -> root+1 -> ... (large messages).
 void broadcast_chain(Call& call, const std::byte* send, std::byte* recv, std::size_t bytes, int root);

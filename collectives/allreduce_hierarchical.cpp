@@ -13,11 +13,17 @@
 // node-crossing links; inside the node, messages travel through UCX's
 // shared-memory transports (posix, sysv, cma) between processes of one node.
 //
+// First a round of empty messages between rank-order neighbours
+// (agree_on_the_call, hierarchy.hpp) makes ranks that disagree on the call
+// fail with MismatchError before any of them waits on the hierarchy.
 // Every message goes through the Call (headers, signature, deadlines, abort),
 // like the flat ring's, so mismatched calls and timeouts are caught the same
 // way. Nodes holding different numbers of ranks run the flat ring instead
-// (every rank knows the same node map, so all of them do).
+// (every rank knows the same node map, so all of them do). A partial step runs
+// it over its contributors (`members`): the hierarchy is theirs
+// (collectives/hierarchy.hpp), and avg divides by their number.
 #include "collectives/algorithms.hpp"
+#include "collectives/hierarchy.hpp"
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
@@ -27,25 +33,6 @@
 
 namespace antdt::coll {
 namespace {
-
-// The call's ranks as nodes: this rank's local ring and, for its position, the
-// ranks at the same position on every node (the inter-node ring).
-struct Hierarchy {
-  std::vector<int> local;  // ranks on this node, in rank order
-  std::vector<int> cross;  // per node, its rank at this rank's local position
-  std::size_t position = 0;
-};
-
-Hierarchy hierarchy_of(const detail::CommImpl& comm) {
-  Hierarchy h;
-  const int me = comm.rank();
-  std::vector<std::vector<int>> on_node(static_cast<std::size_t>(comm.node_count()));
-  for (int r = 0; r < comm.size(); ++r) on_node[static_cast<std::size_t>(comm.node_of(r))].push_back(r);
-  h.local = on_node[static_cast<std::size_t>(comm.node_of(me))];
-  h.position = static_cast<std::size_t>(std::find(h.local.begin(), h.local.end(), me) - h.local.begin());
-  for (const auto& ranks : on_node) h.cross.push_back(ranks[h.position]);
-  return h;
-}
 
 // count elements in `parts` slices whose sizes differ by at most one.
 struct Slices {
@@ -57,12 +44,15 @@ struct Slices {
 }  // namespace
 
 void allreduce_hierarchical(Call& call, const std::byte* send, std::byte* recv, std::size_t count, DataType dtype,
-                            ReduceOp op) {
-  detail::CommImpl& comm = call.comm();
-  if (!comm.nodes_uniform()) return allreduce_ring(call, send, recv, count, dtype, op);
+                            ReduceOp op, std::span<const int> members) {
+  const Hierarchy h = hierarchy_of(call.comm(), members);
+  if (!h.uniform) return allreduce_ring(call, send, recv, count, dtype, op, members);
+  agree_on_the_call(call, members);
   CallMemory& memory = call.memory();
-  const Hierarchy h = hierarchy_of(comm);
-  const std::size_t L = h.local.size();
+  const std::vector<int>& local = h.local();
+  const std::vector<int> cross = h.cross();
+  const std::size_t ranks = members.empty() ? static_cast<std::size_t>(call.size()) : members.size();
+  const std::size_t L = local.size();
   const std::size_t p = h.position;
   const std::size_t esize = dtype_size(dtype);
   const Slices slices{L, count};
@@ -74,8 +64,8 @@ void allreduce_hierarchical(Call& call, const std::byte* send, std::byte* recv, 
   auto const_slice = [&](const std::byte* base, std::size_t s) {
     return std::span(base + slices.begin(s) * esize, slices.elems(s) * esize);
   };
-  const int right = h.local[(p + 1) % L];
-  const int left = h.local[(p + L - 1) % L];
+  const int right = local[(p + 1) % L];
+  const int left = local[(p + L - 1) % L];
 
   // 1. Intra-node reduce-scatter: at step s send slice p-s-1 (the input at
   //    step 0, then what step s-1 reduced) and reduce slice p-s-2 into recv;
@@ -99,12 +89,12 @@ void allreduce_hierarchical(Call& call, const std::byte* send, std::byte* recv, 
 
   // 2. Inter-node ring over slice p among the ranks at position p of every node.
   auto mine = slice(recv, p);
-  if (h.cross.size() > 1) {
+  if (cross.size() > 1) {
     call.set_index_base(call.next_free_index());
-    allreduce_ring(call, mine.data(), mine.data(), slices.elems(p), dtype, inner, h.cross);
+    allreduce_ring(call, mine.data(), mine.data(), slices.elems(p), dtype, inner, cross);
   }
   if (op == ReduceOp::avg) {
-    memory.finish_avg(dtype, mine, static_cast<std::size_t>(call.size()));
+    memory.finish_avg(dtype, mine, ranks);
     memory.settle();
   }
 

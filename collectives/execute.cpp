@@ -124,7 +124,9 @@ void run_rooted(detail::CommImpl& comm, const CollectiveArgs& a, CallMemory* dev
     return;
   }
   if (a.kind == Kind::broadcast) {
-    if (algo == Algo::chain)
+    if (algo == Algo::hierarchical)
+      broadcast_hierarchical(call, bytes(a.send), bytes(a.recv), n, a.root, dtype_size(a.dtype));
+    else if (algo == Algo::chain)
       broadcast_chain(call, bytes(a.send), bytes(a.recv), n, a.root);
     else
       broadcast_binomial_tree(call, bytes(a.send), bytes(a.recv), n, a.root);
@@ -147,6 +149,8 @@ void run_allgatherv(detail::CommImpl& comm, const CollectiveArgs& a, CallMemory*
   const Algo algo = select_algorithm(comm, Kind::allgatherv, total, a.dtype).algo;
   Call call(comm, Signature{Kind::allgatherv, total, a.dtype, ReduceOp::sum, -1, algo, hash::nonzero(layout)});
   if (device != nullptr) call.carry_device_payloads(*device);
+  if (algo == Algo::hierarchical)
+    return allgather_hierarchical(call, bytes(a.send), bytes(a.recv), a.counts, a.displs, dtype_size(a.dtype));
   allgather_ring(call, bytes(a.send), bytes(a.recv), a.counts, a.displs, dtype_size(a.dtype));
 }
 
@@ -161,6 +165,8 @@ void run_allgather(detail::CommImpl& comm, const CollectiveArgs& a) {
   // Equal blocks: the ring's counts and displacements, built once per call.
   std::vector<std::size_t> counts(n, a.count), displs(n);
   for (std::size_t b = 0; b < n; ++b) displs[b] = b * a.count;
+  if (algo == Algo::hierarchical)
+    return allgather_hierarchical(call, bytes(a.send), bytes(a.recv), counts, displs, dtype_size(a.dtype));
   allgather_ring(call, bytes(a.send), bytes(a.recv), counts, displs, dtype_size(a.dtype));
 }
 
@@ -231,6 +237,8 @@ void run_algorithm(detail::CommImpl& comm, const CollectiveArgs& args, CallMemor
       const Algo algo = select_algorithm(comm, Kind::reduce_scatter, args.count, args.dtype).algo;
       Call call(comm, Signature{Kind::reduce_scatter, args.count, args.dtype, args.op, -1, algo});
       if (device != nullptr) call.carry_device_payloads(*device);
+      if (algo == Algo::hierarchical)
+        return reduce_scatter_hierarchical(call, bytes(args.send), bytes(args.recv), args.count, args.dtype, args.op);
       return reduce_scatter_ring(call, bytes(args.send), bytes(args.recv), args.count, args.dtype, args.op);
     }
     case Kind::allgather: return run_allgather(comm, args);

@@ -24,6 +24,18 @@ bool shm_not_forced_off(const SelectionInput& in) {
   return in.nranks > 1 && (in.forced == AllreduceAlgo::automatic || in.forced == AllreduceAlgo::shm);
 }
 
+// The ranks (or a partial step's contributors) sit on several nodes, the same
+// number on each and more than one: the shape the hierarchical algorithms need.
+bool several_equal_nodes(const SelectionInput& in) {
+  return in.nodes > 1 && in.nodes_uniform && in.nranks > in.nodes;
+}
+bool forced_hierarchical(const SelectionInput& in) { return in.forced == AllreduceAlgo::hierarchical; }
+// ANTDT_ALGO=auto, several equal nodes and at least kHierarchicalMinBytes of
+// the vector each rank holds whole (ReduceScatter's input, AllGather's output).
+bool auto_hierarchical(const SelectionInput& in, std::size_t vector_bytes) {
+  return in.forced == AllreduceAlgo::automatic && several_equal_nodes(in) && vector_bytes >= kHierarchicalMinBytes;
+}
+
 struct Row {
   Kind kind;
   bool (*when)(const SelectionInput&);
@@ -38,6 +50,13 @@ struct Row {
 // the plain AllReduce would, so its result is bit-identical (docs/partial.md,
 // invariant 5). ANTDT_ALGO=shm beyond the shared-memory rows' reach counts as auto.
 constexpr Row kRows[] = {
+    {Kind::partial,
+     [](const SelectionInput& in) {
+       return !in.everyone && (forced_hierarchical(in) || auto_hierarchical(in, in.bytes));
+     },
+     Algo::hierarchical, Algo::none, "partial_allreduce",
+     "not every rank contributes, the contributors on several nodes, as many on each and more than one, at least "
+     "kHierarchicalMinBytes (or ANTDT_ALGO=hierarchical): the hierarchical AllReduce among the contributors"},
     {Kind::partial, [](const SelectionInput& in) { return !in.everyone; }, Algo::ring, Algo::none,
      "partial_allreduce", "not every rank contributes to this step: the ring among the contributors"},
     {Kind::allreduce,
@@ -57,13 +76,8 @@ constexpr Row kRows[] = {
      Algo::none, "allreduce", "ANTDT_ALGO=ring"},
     {Kind::allreduce, [](const SelectionInput& in) { return in.forced == AllreduceAlgo::recursive_doubling; },
      Algo::recursive_doubling, Algo::none, "allreduce", "ANTDT_ALGO=recursive_doubling"},
-    {Kind::allreduce, [](const SelectionInput& in) { return in.forced == AllreduceAlgo::hierarchical; },
-     Algo::hierarchical, Algo::none, "allreduce", "ANTDT_ALGO=hierarchical"},
-    {Kind::allreduce,
-     [](const SelectionInput& in) {
-       return in.forced == AllreduceAlgo::automatic && in.nodes > 1 && in.nodes_uniform && in.nranks > in.nodes &&
-              in.bytes >= kHierarchicalMinBytes;
-     },
+    {Kind::allreduce, forced_hierarchical, Algo::hierarchical, Algo::none, "allreduce", "ANTDT_ALGO=hierarchical"},
+    {Kind::allreduce, [](const SelectionInput& in) { return auto_hierarchical(in, in.bytes); },
      Algo::hierarchical, Algo::none, "allreduce",
      "ranks on several nodes, as many on each and more than one, at least kHierarchicalMinBytes: intra-node "
      "reduce-scatter, inter-node ring per slice, intra-node allgather"},
@@ -75,6 +89,11 @@ constexpr Row kRows[] = {
      "at most recursive_doubling_max_bytes(ranks) (the alpha-beta-gamma model's crossover)"},
     {Kind::allreduce, [](const SelectionInput&) { return true; }, Algo::ring, Algo::none, "allreduce",
      "above the crossover (or one rank)"},
+    {Kind::broadcast, forced_hierarchical, Algo::hierarchical, Algo::none, "broadcast", "ANTDT_ALGO=hierarchical"},
+    {Kind::broadcast, [](const SelectionInput& in) { return auto_hierarchical(in, in.bytes); }, Algo::hierarchical,
+     Algo::none, "broadcast",
+     "ranks on several nodes, as many on each and more than one, at least kHierarchicalMinBytes: a chain per "
+     "slice across the nodes, intra-node allgather"},
     {Kind::broadcast, [](const SelectionInput& in) { return in.bytes <= kBroadcastTreeMaxBytes; },
      Algo::binomial_tree, Algo::none, "broadcast", "at most 64 KiB: log2(ranks) latency"},
     {Kind::broadcast, [](const SelectionInput&) { return true; }, Algo::chain, Algo::none, "broadcast",
@@ -83,12 +102,30 @@ constexpr Row kRows[] = {
      Algo::none, "reduce", "at most 64 KiB: log2(ranks) latency"},
     {Kind::reduce, [](const SelectionInput&) { return true; }, Algo::chain, Algo::none, "reduce",
      "above 64 KiB: pipelined"},
+    {Kind::reduce_scatter, forced_hierarchical, Algo::hierarchical, Algo::none, "reduce_scatter",
+     "ANTDT_ALGO=hierarchical"},
+    {Kind::reduce_scatter,
+     [](const SelectionInput& in) { return auto_hierarchical(in, in.bytes * static_cast<std::size_t>(in.nranks)); },
+     Algo::hierarchical, Algo::none, "reduce_scatter",
+     "ranks on several nodes, as many on each and more than one, input at least kHierarchicalMinBytes: intra-node "
+     "reduce-scatter, then one inter-node ring per local position"},
     {Kind::reduce_scatter, [](const SelectionInput&) { return true; }, Algo::ring, Algo::none, "reduce_scatter",
-     "the only one"},
+     "one node, nodes of unequal size, or small"},
+    {Kind::allgather, forced_hierarchical, Algo::hierarchical, Algo::none, "allgather", "ANTDT_ALGO=hierarchical"},
+    {Kind::allgather,
+     [](const SelectionInput& in) { return auto_hierarchical(in, in.bytes * static_cast<std::size_t>(in.nranks)); },
+     Algo::hierarchical, Algo::none, "allgather",
+     "ranks on several nodes, as many on each and more than one, output at least kHierarchicalMinBytes: one "
+     "inter-node ring per local position, then intra-node allgather"},
     {Kind::allgather, [](const SelectionInput&) { return true; }, Algo::ring, Algo::none, "allgather",
-     "the only one"},
+     "one node, nodes of unequal size, or small"},
+    {Kind::allgatherv, forced_hierarchical, Algo::hierarchical, Algo::none, "allgatherv", "ANTDT_ALGO=hierarchical"},
+    {Kind::allgatherv, [](const SelectionInput& in) { return auto_hierarchical(in, in.bytes); }, Algo::hierarchical,
+     Algo::none, "allgatherv",
+     "ranks on several nodes, as many on each and more than one, output at least kHierarchicalMinBytes: as "
+     "allgather"},
     {Kind::allgatherv, [](const SelectionInput&) { return true; }, Algo::ring, Algo::none, "allgatherv",
-     "the only one"},
+     "one node, nodes of unequal size, or small"},
     {Kind::alltoall, [](const SelectionInput&) { return true; }, Algo::pairwise, Algo::none, "alltoall",
      "the only one"},
     {Kind::barrier, [](const SelectionInput&) { return true; }, Algo::dissemination, Algo::none, "barrier",

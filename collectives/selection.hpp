@@ -33,14 +33,18 @@ struct SelectionInput {
   bool mailbox_usable = false;
   bool bulk_usable = false;
   bool everyone = true;  // partial: every rank contributes to this step
-  int nodes = 1;               // nodes the ranks are on (CommImpl::node_count)
-  bool nodes_uniform = true;   // every node has the same number of ranks
+  // Nodes the ranks are on (CommImpl::node_count) and whether every node has
+  // the same number of them; a partial step that not every rank contributes
+  // to sets both from its contributors (nranks: their number).
+  int nodes = 1;
+  bool nodes_uniform = true;
 };
 
 // From this many bytes up, ranks on more than one node (the same number on
-// each, more than one per node) run the hierarchical AllReduce: intra-node
-// reduce-scatter, one inter-node ring per slice, intra-node allgather
-// (allreduce_hierarchical.cpp). Below it recursive doubling or the ring.
+// each, more than one per node) run the hierarchical algorithms
+// (collectives/*_hierarchical.cpp; docs/multinode.md): AllReduce, a partial
+// step's contributors, Broadcast (the payload), ReduceScatter (each rank's
+// input: all blocks), AllGather(v) (the gathered output). Below it the flat ones.
 inline constexpr std::size_t kHierarchicalMinBytes = 256 * 1024;
 
 // The chosen row.

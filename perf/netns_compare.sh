@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
-# AllReduce across "nodes" on this machine (tools/netns-nodes.sh: network
+# A collective across "nodes" on this machine (tools/netns-nodes.sh: network
 # namespaces with host names of their own, veth through a bridge), in one go
-# and interleaved: antdt's flat ring (ANTDT_ALGO=ring), antdt's hierarchical
-# AllReduce (ANTDT_ALGO=hierarchical) and Open MPI over TCP (btl tcp,self,
-# launched into the namespaces by mpirun through an rsh agent that enters
-# them). Prints the median busbw per size and the ratios hierarchical / flat
-# and hierarchical / Open MPI. The machine is shared: the figures are provisional.
+# and interleaved: antdt's flat algorithm (ANTDT_ALGO=ring: the ring, or for
+# Broadcast the chain), antdt's hierarchical one (ANTDT_ALGO=hierarchical) and
+# Open MPI over TCP (btl tcp,self, launched into the namespaces by mpirun
+# through an rsh agent that enters them). Prints the median busbw per size and
+# the ratios hierarchical / flat and hierarchical / Open MPI. The machine is
+# shared: the figures are provisional.
 #
 # usage: perf/netns_compare.sh [-n NODES] [-p RANKS_PER_NODE] [-r LAUNCHES] [--rate RATE] [--bin DIR]
-#                              [-- perf options]
+#                              [--collective NAME] [-- perf options]
 #   -n NODES      2 or 4 (default 2)       -p RANKS   ranks per node (default 2)
 #   -r LAUNCHES   launches of each (default 3)
 #   --rate RATE   tbf limit on every node's link (e.g. 5gbit; default none)
 #   --bin DIR     the build directory (default: build next to this script)
+#   --collective NAME  allreduce (default), reducescatter, allgather, broadcast: antdt_<NAME>_perf
+#                 against mpi_allreduce_perf or mpi_collective_perf -C NAME (sizes as nccl-tests')
 #   perf options  passed to every tool (default: -b 1M -e 64M -f 8 -n 5 -w 2 -c 0)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-nodes=2 per_node=2 launches=3 rate="" bin="$here/../build" perf_args=()
+nodes=2 per_node=2 launches=3 rate="" bin="$here/../build" collective=allreduce perf_args=()
 while (($#)); do
   case "$1" in
     -n) nodes="$2"; shift 2 ;;
@@ -24,21 +27,27 @@ while (($#)); do
     -r) launches="$2"; shift 2 ;;
     --rate) rate="$2"; shift 2 ;;
     --bin) bin="$2"; shift 2 ;;
+    --collective) collective="$2"; shift 2 ;;
     --) shift; perf_args=("$@"); break ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "netns_compare.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 ((${#perf_args[@]})) || perf_args=(-b 1M -e 64M -f 8 -n 5 -w 2 -c 0)
-antdt_tool=$(readlink -f "$bin/perf/antdt_allreduce_perf")
-mpi_tool=$(readlink -f "$bin/perf/baselines/mpi_allreduce_perf")
-[[ -x "$antdt_tool" && -x "$mpi_tool" ]] || { echo "netns_compare.sh: build antdt_allreduce_perf and mpi_allreduce_perf in $bin" >&2; exit 2; }
+case "$collective" in
+  allreduce) mpi_name=mpi_allreduce_perf mpi_args=() ;;
+  reducescatter|allgather|broadcast) mpi_name=mpi_collective_perf mpi_args=(-C "$collective") ;;
+  *) echo "netns_compare.sh: --collective takes allreduce, reducescatter, allgather or broadcast" >&2; exit 2 ;;
+esac
+antdt_tool=$(readlink -f "$bin/perf/antdt_${collective}_perf")
+mpi_tool=$(readlink -f "$bin/perf/baselines/$mpi_name")
+[[ -x "$antdt_tool" && -x "$mpi_tool" ]] || { echo "netns_compare.sh: build antdt_${collective}_perf and $mpi_name in $bin" >&2; exit 2; }
 
 if [[ -z "${ANTDTNET_EXEC:-}" ]]; then
   net_args=(-n "$nodes")
   [[ -n "$rate" ]] && net_args+=(--rate "$rate")
   exec "$here/../tools/netns-nodes.sh" "${net_args[@]}" -- "$0" -n "$nodes" -p "$per_node" -r "$launches" \
-    --bin "$bin" -- "${perf_args[@]}"
+    --bin "$bin" --collective "$collective" -- "${perf_args[@]}"
 fi
 
 work=$(mktemp -d)
@@ -77,13 +86,13 @@ done
 run_mpi() {
   $ANTDTNET_EXEC 0 -- mpirun --mca plm_rsh_agent "$work/agent.sh" -x ANTDTNET_EXEC --mca oob_tcp_if_include eth0 \
     --mca btl_tcp_if_include eth0 --mca btl tcp,self --mca pml ob1 --bind-to none -H "$hosts" -np "$ranks" \
-    "$mpi_tool" "${perf_args[@]}" >"$1" 2>&1
+    "$mpi_tool" "${mpi_args[@]}" "${perf_args[@]}" >"$1" 2>&1
 }
 
-echo "# netns_compare.sh: $nodes nodes x $per_node ranks${rate:+, links at $rate}, $launches interleaved launches each"
+echo "# netns_compare.sh: $collective, $nodes nodes x $per_node ranks${rate:+, links at $rate}, $launches interleaved launches each, load $(cut -d" " -f1-3 /proc/loadavg)"
 echo "# options: ${perf_args[*]}"
 for ((i = 0; i < launches; i++)); do
-  run_antdt "$work/flat.$i" ANTDT_ALGO=ring || { echo "netns_compare.sh: the flat ring failed" >&2; exit 1; }
+  run_antdt "$work/flat.$i" ANTDT_ALGO=ring || { echo "netns_compare.sh: the flat algorithm failed" >&2; exit 1; }
   run_antdt "$work/hier.$i" ANTDT_ALGO=hierarchical || { echo "netns_compare.sh: hierarchical failed" >&2; exit 1; }
   run_mpi "$work/mpi.$i" || { cat "$work/mpi.$i" >&2; echo "netns_compare.sh: Open MPI failed" >&2; exit 1; }
 done

@@ -14,6 +14,7 @@
 // is what lets a late rank catch up without computing the steps it missed, and
 // lets weight-0 calls fetch those results without any message.
 #include "collectives/algorithms.hpp"
+#include "collectives/hierarchy.hpp"
 #include "collectives/shm_common.hpp"
 #include "collectives/partial/partial_allreduce.hpp"
 #include "collectives/device/device_collectives.hpp"
@@ -308,14 +309,23 @@ void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision
     }
     // Slot indexes are per communicator: start after the receives posted above.
     ring.set_index_base(push.next_free_index());
+    // With every rank, the rows a plain allreduce reads; with some, the
+    // contributors' own rows, over their nodes (the hierarchical AllReduce
+    // among them when they sit on several nodes, as many on each).
+    SelectionInput input = selection_input(comm, Kind::partial, count, sig.dtype);
+    input.everyone = static_cast<int>(members.size()) == comm.size();
+    if (!input.everyone) {
+      const Hierarchy h = hierarchy_of(comm, members);
+      input.nranks = static_cast<int>(members.size());
+      input.nodes = static_cast<int>(h.nodes.size());
+      input.nodes_uniform = h.uniform;
+    }
     if (reduce != nullptr) {
       (*reduce)(ring, d.contributors, send, own_result);
     } else if (sig.op != ReduceOp::avg || equal_weights) {
       // With every rank and equal weights, the algorithm a plain allreduce
       // would choose: the result is then bit-identical to it (invariant 5).
       // (Shared memory only with every rank: its rounds must be the same on all.)
-      SelectionInput input = selection_input(comm, Kind::partial, count, sig.dtype);
-      input.everyone = static_cast<int>(members.size()) == comm.size();
       Algo algo = select_algorithm(input).algo;
       if ((algo == Algo::shm && !shm_ready(ring, detail::ShmArea::mailbox)) ||
           (algo == Algo::shm_bulk && !shm_ready(ring, detail::ShmArea::bulk))) {
@@ -330,15 +340,20 @@ void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision
         allreduce_shm_bulk(ring, send, own_result, count, sig.dtype, sig.op);
       else if (algo == Algo::recursive_doubling)
         allreduce_recursive_doubling(ring, send, own_result, count, sig.dtype, sig.op);
-      else if (algo == Algo::hierarchical && input.everyone)
-        allreduce_hierarchical(ring, send, own_result, count, sig.dtype, sig.op);
+      else if (algo == Algo::hierarchical)
+        allreduce_hierarchical(ring, send, own_result, count, sig.dtype, sig.op, members);
       else
         allreduce_ring(ring, send, own_result, count, sig.dtype, sig.op, members);
     } else {
-      // avg over unequal weights: sum(w_i * g_i) / sum(w_i).
+      // avg over unequal weights: sum(w_i * g_i) / sum(w_i), the sum
+      // hierarchical where the table says so (the shared-memory rows' rounds
+      // cannot carry the weights: the ring otherwise).
       st.weighted.resize(bytes);
       scale_into(sig.dtype, st.weighted, std::span(send, bytes), contributor->weight);
-      allreduce_ring(ring, st.weighted.data(), own_result, count, sig.dtype, ReduceOp::sum, members);
+      if (select_algorithm(input).algo == Algo::hierarchical)
+        allreduce_hierarchical(ring, st.weighted.data(), own_result, count, sig.dtype, ReduceOp::sum, members);
+      else
+        allreduce_ring(ring, st.weighted.data(), own_result, count, sig.dtype, ReduceOp::sum, members);
       scale_into(sig.dtype, std::span(own_result, bytes), std::span(own_result, bytes), 1.0 / total);
     }
     ring.wait_all();

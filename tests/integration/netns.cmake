@@ -1,6 +1,8 @@
 # 2 nodes x 2 ranks in network namespaces (tools/netns-nodes.sh): the
-# collectives with ANTDT_ALGO=hierarchical and auto, and the partial AllReduce,
-# launched with the launcher-neutral variables. Skipped (exit 77) where
+# collectives with ANTDT_ALGO=hierarchical (AllReduce, ReduceScatter,
+# AllGather(v), Broadcast all hierarchical, checked on each call's TRACE
+# selection line) and auto (both sides of the threshold), and the partial
+# AllReduce, launched with the launcher-neutral variables. Skipped (exit 77) where
 # namespaces cannot be made (not root, no veth or bridge). About 20 s.
 add_test(NAME integration.netns.two_nodes
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/netns_collectives.sh ${PROJECT_SOURCE_DIR}/tools/netns-nodes.sh

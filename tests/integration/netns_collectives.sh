@@ -4,8 +4,11 @@
 # (tools/netns-nodes.sh): ranks 0, 1 on node 0 and 2, 3 on node 1, launched
 # with the launcher-neutral variables (ANTDT_RANK, ANTDT_WORLD_SIZE,
 # ANTDT_ROOT at node 0's address, ANTDT_SECRET). Runs
-#   the collectives test with ANTDT_ALGO=hierarchical (every AllReduce through
-#   the hierarchy) and with auto (the selection table over two real nodes),
+#   the collectives test with ANTDT_ALGO=hierarchical (every AllReduce,
+#   ReduceScatter, AllGather(v) and Broadcast through the hierarchy) and with
+#   auto (the selection table over two real nodes: the large calls
+#   hierarchical, the small ones flat), both at ANTDT_DEBUG=TRACE so that each
+#   call's selection line shows which algorithm ran,
 #   the partial AllReduce invariants (every rank, and steps with a rank left out).
 # Exits 77 (ctest: skipped) with the reason when namespaces cannot be made.
 #
@@ -45,9 +48,38 @@ launch() {
   return $status
 }
 
+# selected <mode> <kinds...>: the selection lines (ANTDT_DEBUG=TRACE) of the
+# last launch. all: every call of these kinds on every rank ran
+# hierarchically; some: each kind ran hierarchically at least once and flat at
+# least once (the table's threshold between them).
+selected() {
+  local mode="$1" kind r lines hier flat status=0
+  shift
+  for kind in "$@"; do
+    for r in 0 1 2 3; do
+      lines=$(grep -E "\] $kind of [0-9]+ x " "$work/rank$r" || true)
+      hier=$(grep -c ": hierarchical (row" <<<"$lines" || true)
+      flat=$(grep -vc ": hierarchical (row" <<<"$lines" || true)
+      [[ -z "$lines" ]] && flat=0
+      if [[ "$mode" == all ]] && { ((hier == 0)) || ((flat > 0)); }; then
+        echo "rank $r: $kind: $hier calls hierarchical, $flat not (ANTDT_ALGO=hierarchical)"
+        status=1
+      elif [[ "$mode" == some ]] && { ((hier == 0)) || ((flat == 0)); }; then
+        echo "rank $r: $kind: $hier calls hierarchical, $flat flat (auto must choose both by size)"
+        status=1
+      fi
+    done
+    echo "   $kind on rank 0: $(grep -cE "\] $kind of [0-9]+ x .*: hierarchical \(row" "$work/rank0" || true) calls hierarchical"
+  done
+  return $status
+}
+
 failed=0
-launch "collectives, hierarchical" ANTDT_ALGO=hierarchical ANTDT_TIMEOUT_MS=30000 -- "$collectives" || failed=1
-launch "collectives, auto" ANTDT_TIMEOUT_MS=30000 -- "$collectives" || failed=1
+launch "collectives, hierarchical" ANTDT_ALGO=hierarchical ANTDT_TIMEOUT_MS=30000 ANTDT_DEBUG=TRACE -- "$collectives" || failed=1
+selected all allreduce reduce_scatter allgather allgatherv broadcast || failed=1
+launch "collectives, auto" ANTDT_TIMEOUT_MS=30000 ANTDT_DEBUG=TRACE -- "$collectives" || failed=1
+# (the test's AllGatherV calls are all small: flat under auto)
+selected some allreduce reduce_scatter allgather broadcast || failed=1
 launch "partial AllReduce" ANTDT_TIMEOUT_MS=30000 -- "$partial" 20 || failed=1
 if ((failed)); then
   echo "netns_collectives: FAILED" >&2

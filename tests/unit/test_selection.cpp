@@ -82,12 +82,82 @@ TEST(Selection, HierarchicalAcrossUniformNodes) {
   SelectionInput forced = allreduce_of(16, DataType::f32, 4);
   forced.forced = AllreduceAlgo::hierarchical;
   EXPECT_EQ(coll::select_algorithm(forced).algo, Algo::hierarchical);
-  // A partial step with every rank reads the same row; without, the contributors' ring.
+  // A partial step with every rank reads the same row; without, the
+  // contributors' rows: the hierarchy when they sit on equal nodes, else their ring.
   SelectionInput partial = in;
   partial.kind = Kind::partial;
   EXPECT_EQ(coll::select_algorithm(partial).algo, Algo::hierarchical);
   partial.everyone = false;
+  EXPECT_EQ(coll::select_algorithm(partial).algo, Algo::hierarchical);
+  partial.nodes_uniform = false;
   EXPECT_EQ(coll::select_algorithm(partial).algo, Algo::ring);
+}
+
+// SelectionInput of `kind` for count elements of f32 on 2 nodes x 2 ranks.
+SelectionInput on_two_nodes(Kind kind, std::size_t count) {
+  SelectionInput in;
+  in.kind = kind;
+  in.count = count;
+  in.dtype = DataType::f32;
+  in.bytes = count * 4;
+  in.nranks = 4;
+  in.nodes = 2;
+  return in;
+}
+
+TEST(Selection, HierarchicalReduceScatterAllgatherBroadcastRows) {
+  // ReduceScatter and AllGather: from kHierarchicalMinBytes of the vector each
+  // rank holds whole (ranks x block), Broadcast and AllGatherV: of the payload.
+  const std::size_t floats = coll::kHierarchicalMinBytes / 4;
+  for (Kind kind : {Kind::reduce_scatter, Kind::allgather}) {
+    EXPECT_EQ(coll::select_algorithm(on_two_nodes(kind, floats / 4)).algo, Algo::hierarchical);
+    EXPECT_EQ(coll::select_algorithm(on_two_nodes(kind, floats / 4 - 1)).algo, Algo::ring);
+  }
+  EXPECT_EQ(coll::select_algorithm(on_two_nodes(Kind::allgatherv, floats)).algo, Algo::hierarchical);
+  EXPECT_EQ(coll::select_algorithm(on_two_nodes(Kind::allgatherv, floats - 1)).algo, Algo::ring);
+  EXPECT_EQ(coll::select_algorithm(on_two_nodes(Kind::broadcast, floats)).algo, Algo::hierarchical);
+  EXPECT_EQ(coll::select_algorithm(on_two_nodes(Kind::broadcast, floats - 1)).algo, Algo::chain);
+  EXPECT_EQ(coll::select_algorithm(on_two_nodes(Kind::broadcast, 16)).algo, Algo::binomial_tree);
+  for (Kind kind : {Kind::reduce_scatter, Kind::allgather, Kind::allgatherv, Kind::broadcast}) {
+    const Algo flat = kind == Kind::broadcast ? Algo::chain : Algo::ring;
+    // One node, unequal nodes, one rank per node, ANTDT_ALGO=ring: flat.
+    SelectionInput one_node = on_two_nodes(kind, floats);
+    one_node.nodes = 1;
+    EXPECT_EQ(coll::select_algorithm(one_node).algo, flat);
+    SelectionInput uneven = on_two_nodes(kind, floats);
+    uneven.nodes_uniform = false;
+    EXPECT_EQ(coll::select_algorithm(uneven).algo, flat);
+    SelectionInput one_each = on_two_nodes(kind, floats);
+    one_each.nodes = 4;
+    EXPECT_EQ(coll::select_algorithm(one_each).algo, flat);
+    SelectionInput ring = on_two_nodes(kind, floats);
+    ring.forced = AllreduceAlgo::ring;
+    EXPECT_EQ(coll::select_algorithm(ring).algo, flat);
+    // ANTDT_ALGO=hierarchical forces it at any size and on any layout.
+    SelectionInput forced = on_two_nodes(kind, 1);
+    forced.nodes = 1;
+    forced.forced = AllreduceAlgo::hierarchical;
+    EXPECT_EQ(coll::select_algorithm(forced).algo, Algo::hierarchical);
+  }
+}
+
+TEST(Selection, PartialSubsetOnEqualNodesIsHierarchical) {
+  // Not every rank contributes; the contributors' own nodes decide.
+  SelectionInput in = on_two_nodes(Kind::partial, coll::kHierarchicalMinBytes / 4);
+  in.everyone = false;
+  EXPECT_EQ(coll::select_algorithm(in).algo, Algo::hierarchical);
+  SelectionInput small = in;
+  small.count = 16;
+  small.bytes = 64;
+  EXPECT_EQ(coll::select_algorithm(small).algo, Algo::ring);
+  small.forced = AllreduceAlgo::hierarchical;
+  EXPECT_EQ(coll::select_algorithm(small).algo, Algo::hierarchical);
+  SelectionInput uneven = in;
+  uneven.nodes_uniform = false;
+  EXPECT_EQ(coll::select_algorithm(uneven).algo, Algo::ring);
+  SelectionInput ring = in;
+  ring.forced = AllreduceAlgo::ring;
+  EXPECT_EQ(coll::select_algorithm(ring).algo, Algo::ring);
 }
 
 TEST(Selection, PartialStepsReadTheAllreduceRows) {
