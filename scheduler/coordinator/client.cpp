@@ -16,7 +16,21 @@ CoordinatorClient::CoordinatorClient(const net::Endpoint& address, std::span<con
       incarnation_(incarnation), generation_(generation), timeout_(timeout) {
   ANTDT_CHECK_ARG(rank >= 0 && rank < world_size, "coordinator client: rank ", rank, " out of range [0, ", world_size,
                   ")");
-  connect(Clock::now() + timeout_, false);
+  // A coordinator killed during this first handshake (and started again on the
+  // same address) closes the link half-way: that is a broken connection, not a
+  // refusal, so try again until the deadline as call() does after a loss.
+  const auto deadline = Clock::now() + timeout_;
+  for (;;) {
+    try {
+      connect(deadline, false);
+      return;
+    } catch (const Error& e) {
+      if (e.status() != Status::transport || Clock::now() >= deadline) throw;
+      ANTDT_WARN("rank ", rank_, ": the coordinator connection broke during the handshake (", e.what(),
+                 "); connecting again");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
 }
 
 CoordinatorClient::~CoordinatorClient() = default;
@@ -30,7 +44,14 @@ void CoordinatorClient::connect(Clock::time_point deadline, bool reconnect) {
   Hello hello{static_cast<std::uint32_t>(rank_), static_cast<std::uint32_t>(world_size_), incarnation_, generation_,
               reconnect, {}};
   hello.mac = prove(secret_, challenge, hello.rank, hello.world_size, hello.incarnation);
-  link_.send(encode(hello), deadline);
+  try {
+    link_.send(encode(hello), deadline);
+  } catch (const BootstrapError& e) {
+    // The coordinator closed the connection before the hello (restarted, or it
+    // dropped the oldest of a flood of unauthenticated connections): a broken
+    // link, as receive() reports it, which the caller retries; not a refusal.
+    raise<TransportError>("control link closed: ", e.what());
+  }
   frame = link_.receive(deadline);
   if (!frame) raise<TimeoutError>("coordinator at ", address_.to_string(), " did not answer the hello of rank ", rank_);
   welcome_ = decode_welcome(*frame);

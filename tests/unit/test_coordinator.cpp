@@ -601,9 +601,10 @@ TEST(CoordinatorService, PartialFramesWithoutTheSecretDoNotStallTheRanks) {
 }
 
 TEST(CoordinatorService, MoreConnectionsAwaitingHelloThanTheCapDropTheOldest) {
-  // Above the cap (64 for a small job) the oldest connection without a hello
-  // is closed; the ranks, which come last, get in at once.
-  CoordinatorService service(options_for(2, 40, 4, 1, 4), net::Endpoint{"127.0.0.1", 0}, test_secret());
+  // Above the cap (64 here; kDefaultMaxPending by default) the oldest
+  // connection without a hello is closed; the ranks, which come last, get in at once.
+  CoordinatorService service(options_for(2, 40, 4, 1, 4), net::Endpoint{"127.0.0.1", 0}, test_secret(), 5s,
+                             /*max_unauthenticated=*/64);
   auto hostile = open_hostile(service.address(), /*idle=*/90, /*partial=*/10);
   const auto start = Clock::now();
   run_two_ranks(service, 10s);
@@ -708,6 +709,39 @@ TEST(CoordinatorService, ExternalCoordinatorRestartsFromItsCheckpoint) {
   for (auto id : open.samples) EXPECT_TRUE(served.count(id)) << "sample " << id << " of the void lease";
   client.bye(false);
   EXPECT_TRUE(service->wait_all_exited(Clock::now() + 5s));
+}
+
+// A coordinator killed during a rank's first handshake and started again on
+// the same address: the rank's constructor connects again instead of failing
+// (integration.coordinator.kill once landed a kill there).
+TEST(CoordinatorService, FirstHandshakeBrokenByACrashIsTriedAgain) {
+  net::Endpoint address;
+  auto dying = std::make_unique<net::Fd>(net::listen_on("127.0.0.1", 0, &address));
+  std::atomic<bool> dropped{false};
+  std::unique_ptr<CoordinatorService> service;
+  std::thread crash([&] {
+    // Take the rank's first connection and close it before the challenge: to
+    // the rank, the link closes half-way through its handshake.
+    net::Fd first = net::accept_until(dying->get(), Clock::now() + 10s, nullptr);
+    first = net::Fd();
+    dying.reset();
+    dropped = true;
+    service = std::make_unique<CoordinatorService>(options_for(1, 12, 4, 1, 4), address, test_secret());
+  });
+  std::unique_ptr<CoordinatorClient> client;
+  std::string error;
+  try {
+    client = std::make_unique<CoordinatorClient>(address, test_secret(), 0, 1, 0, 0, 10s);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  crash.join();
+  EXPECT_TRUE(dropped.load());
+  ASSERT_EQ(error, "");
+  const BatchReply b = client->fetch(4);
+  EXPECT_EQ(b.samples.size(), 4u);
+  EXPECT_TRUE(client->commit(b.lease));
+  client->bye(false);
 }
 
 }  // namespace
