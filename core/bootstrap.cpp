@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 #include <openssl/rand.h>
+#include <thread>
 
 namespace antdt {
 
@@ -238,21 +239,58 @@ class TcpBootstrap final : public Bootstrap {
                          AdmissionLimits::for_size(size_));
   }
 
+  // A connection the root closes before its verdict (it dropped the oldest of
+  // a flood of unauthenticated connections, core/bootstrap_admission.hpp) is
+  // opened again until the deadline; a verdict refusing the rank, or bytes
+  // that are not the root's protocol, end the join at once.
   void join() {
     const auto deadline = Clock::now() + timeout_;
+    for (;;) {
+      std::string failure;
+      try {
+        if (handshake(deadline, &failure)) return;
+      } catch (const BootstrapError& e) {
+        if (Clock::now() >= deadline) throw;
+        ANTDT_WARN("rank ", rank_, ": the bootstrap root closed the connection during the handshake (", e.what(),
+                   "); connecting again");
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        continue;
+      }
+      raise<BootstrapError>(failure);
+    }
+  }
+
+  // One attempt. BootstrapError when the connection broke; false with the
+  // reason when the root refused the rank or sent something malformed.
+  bool handshake(Clock::time_point deadline, std::string* failure) {
     root_fd_ = net::connect_to(net::Endpoint{root_.host, root_.port}, deadline);
     std::array<std::byte, wire::kChallengeBytes> raw{};
     net::recv_all(root_fd_.get(), raw, deadline);
-    auto challenge = wire::decode_challenge(raw);
+    wire::Challenge challenge;
+    try {
+      challenge = wire::decode_challenge(raw);
+    } catch (const BootstrapError& e) {
+      *failure = e.what();
+      return false;
+    }
     wire::Hello hello{static_cast<std::uint32_t>(rank_), static_cast<std::uint32_t>(size_), {}};
     hello.mac = wire::prove(root_.secret, challenge, hello.rank, hello.size);
     net::send_all(root_fd_.get(), wire::encode(hello), deadline);
     std::array<std::byte, wire::kVerdictHeadBytes> head{};
     net::recv_all(root_fd_.get(), head, deadline);
-    auto [accepted, reason_len] = wire::decode_verdict_head(head);
-    std::string reason(reason_len, '\0');
+    std::pair<bool, std::size_t> verdict;
+    try {
+      verdict = wire::decode_verdict_head(head);
+    } catch (const BootstrapError& e) {
+      *failure = e.what();
+      return false;
+    }
+    std::string reason(verdict.second, '\0');
     net::recv_all(root_fd_.get(), std::as_writable_bytes(std::span(reason)), deadline);
-    if (!accepted) raise<BootstrapError>("the bootstrap root refused rank ", rank_, ": ", reason);
+    if (verdict.first) return true;
+    root_fd_.reset();
+    *failure = cat("the bootstrap root refused rank ", rank_, ": ", reason);
+    return false;
   }
 
   RootAddress root_;

@@ -1,5 +1,6 @@
 #include "core/bootstrap_admission.hpp"
 
+#include "core/bootstrap_drop_log.hpp"
 #include "core/bootstrap_wire.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -12,12 +13,32 @@
 #include <openssl/rand.h>
 #include <poll.h>
 #include <string>
+#include <sys/resource.h>
 
 namespace antdt {
 
+std::size_t fit_pending_cap(std::size_t wanted) {
+  constexpr rlim_t kReserve = 256;
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return wanted;
+  const rlim_t needed = static_cast<rlim_t>(wanted) + kReserve;
+  if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < needed) {
+    const rlim_t raised = lim.rlim_max == RLIM_INFINITY ? needed : std::min(lim.rlim_max, needed);
+    if (raised > lim.rlim_cur) {
+      rlimit want = lim;
+      want.rlim_cur = raised;
+      if (::setrlimit(RLIMIT_NOFILE, &want) == 0) lim.rlim_cur = raised;
+    }
+  }
+  if (lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur >= needed) return wanted;
+  const rlim_t room = lim.rlim_cur > kReserve + 16 ? lim.rlim_cur - kReserve : 16;
+  return static_cast<std::size_t>(room);
+}
+
 AdmissionLimits AdmissionLimits::for_size(int size) {
   AdmissionLimits limits;
-  limits.max_pending = std::max<std::size_t>(limits.max_pending, static_cast<std::size_t>(std::max(size, 0)));
+  limits.max_pending =
+      fit_pending_cap(std::max<std::size_t>(kDefaultMaxPending, static_cast<std::size_t>(std::max(size, 0))));
   return limits;
 }
 
@@ -186,7 +207,7 @@ class Admission {
     else if (claimed_[hello.rank])
       why = cat("rank ", hello.rank, " joined twice");
     if (!why.empty()) {
-      ANTDT_WARN("bootstrap root: refused connection from ", h.peer, ": ", why);
+      log_.warn("refused connection from ", h.peer, ": ", why);
       h.state = Handshake::State::sending_refusal;
       queue(h, wire::encode(wire::Verdict{false, why}));
       return;
@@ -231,7 +252,7 @@ class Admission {
   }
 
   void drop(Handshake& h, const std::string& why) {
-    ANTDT_WARN("bootstrap root: refused connection from ", h.peer, ": ", why);
+    log_.warn("refused connection from ", h.peer, ": ", why);
     close(h);
   }
 
@@ -252,6 +273,7 @@ class Admission {
   int joined_ = 0;
   std::vector<std::unique_ptr<Handshake>> pending_;  // in accept order: the oldest first
   Clock::time_point listener_paused_until_{};
+  DropLog log_{"bootstrap root"};
 };
 
 }  // namespace

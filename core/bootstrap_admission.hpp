@@ -18,10 +18,27 @@
 
 namespace antdt {
 
+// Handshakes in progress at once, by default. Why this many: a rank's
+// connection is dropped only once this many newer ones arrived before its
+// hello, so the cap is what an attacker must keep opening to push ranks out.
+// At 64, 1 000 connections reopened as fast as they were closed pushed
+// legitimate ranks out again and again (their start took seconds,
+// perf/antdt_flood_perf); at 1024, 1 000 such connections push out none. A
+// handshake costs a descriptor and some 200 bytes.
+inline constexpr std::size_t kDefaultMaxPending = 1024;
+
+// The cap that fits the descriptor limit: raises this process's soft
+// RLIMIT_NOFILE towards its hard limit so that `wanted` connections fit beside
+// a reserve of 256 for the rest of the process; returns `wanted`, or less
+// (at least 16) when the hard limit is lower.
+std::size_t fit_pending_cap(std::size_t wanted);
+
 struct AdmissionLimits {
   std::chrono::milliseconds handshake{5000};  // per connection, from its accept
   std::size_t max_pending = 64;               // handshakes in progress at once
-  // The cap for a job of `size` ranks: room for all of them connecting at once.
+  // The cap for a job of `size` ranks: kDefaultMaxPending or `size` (room for
+  // every rank connecting at once), whichever is larger, fitted to the
+  // descriptor limit (fit_pending_cap).
   static AdmissionLimits for_size(int size);
 };
 

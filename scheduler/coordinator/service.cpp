@@ -1,5 +1,6 @@
 #include "scheduler/coordinator/service.hpp"
 
+#include "core/bootstrap_admission.hpp"
 #include "core/config.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -171,6 +172,7 @@ void Coordinator::sync() {
   if (!changes.any && settled_dirty_.empty()) return;
   store_->write(dds_->dataset(), dds_->options(), changes, settled_dirty_);
   settled_dirty_.clear();
+  ++stats_.database_writes;
 }
 
 void Coordinator::note_settled_locked(int rank, std::uint64_t lease, bool commit, bool ok) {
@@ -539,9 +541,13 @@ constexpr auto kFrameTimeout = std::chrono::seconds(5);
 }
 
 CoordinatorService::CoordinatorService(CoordinatorOptions options, const net::Endpoint& listen,
-                                       std::span<const std::byte> secret, std::chrono::milliseconds send_timeout)
-    : coordinator_(std::make_unique<Coordinator>(std::move(options))), secret_(secret.begin(), secret.end()),
-      send_timeout_(send_timeout) {
+                                       std::span<const std::byte> secret, std::chrono::milliseconds send_timeout,
+                                       std::size_t max_unauthenticated)
+    : max_unauthenticated_(max_unauthenticated), coordinator_(std::make_unique<Coordinator>(std::move(options))),
+      secret_(secret.begin(), secret.end()), send_timeout_(send_timeout) {
+  if (max_unauthenticated_ == 0)
+    max_unauthenticated_ = fit_pending_cap(
+        std::max<std::size_t>(kDefaultMaxPending, static_cast<std::size_t>(coordinator_->options().world_size)));
   ANTDT_CHECK_ARG(!secret_.empty(), "coordinator: the job secret is empty");
   listener_ = net::listen_on(listen.host, listen.port, &bound_);
   net::set_nonblocking(listener_.get());
@@ -595,7 +601,6 @@ void CoordinatorService::run() {
       continue;
     }
     if (stop_.load()) break;
-    if (rc > 0 && (fds[1].revents & POLLIN)) accept_new();
     now = Clock::now();
     // Only the connections polled above (accept_new appends after them, and may close some).
     for (std::size_t i = 0; i < polled.size(); ++i) {
@@ -604,8 +609,8 @@ void CoordinatorService::run() {
       bool keep = true;
       if (rc > 0 && (fds[i + 2].revents & (POLLIN | POLLHUP | POLLERR))) keep = serve(c);
       if (keep && c.rank < 0 && now >= c.hello_deadline) {
-        ANTDT_WARN("coordinator: the connection from ", c.peer, " sent no hello within ", kHelloTimeout.count(),
-                   " s: closed");
+        unauthenticated_log_.warn("the connection from ", c.peer, " sent no hello within ", kHelloTimeout.count(),
+                                  " s: closed");
         keep = false;
       } else if (keep && c.rank >= 0 && c.reader.mid_frame() && now >= c.frame_started + kFrameTimeout) {
         ANTDT_WARN("coordinator: rank ", c.rank, " sent part of a message and nothing more for ",
@@ -615,6 +620,9 @@ void CoordinatorService::run() {
       }
       if (!keep) c.link = control::Link();
     }
+    // After the hellos that arrived were read: a rank that answered its
+    // challenge is in before newer connections can push it out of the cap.
+    if (rc > 0 && (fds[1].revents & POLLIN)) accept_new();
     answer_round();
     std::erase_if(connections_, [](const auto& c) { return !c->link; });
     try {
@@ -627,14 +635,10 @@ void CoordinatorService::run() {
   connections_.clear();
 }
 
-std::size_t CoordinatorService::max_unauthenticated() const {
-  return std::max<std::size_t>(64, static_cast<std::size_t>(coordinator_->options().world_size));
-}
-
 bool CoordinatorService::drop_oldest_unauthenticated(const std::string& why) {
   for (const auto& c : connections_) {
     if (c->rank >= 0 || !c->link) continue;
-    ANTDT_WARN("coordinator: closed the connection from ", c->peer, " before its hello: ", why);
+    unauthenticated_log_.warn("closed the connection from ", c->peer, " before its hello: ", why);
     c->link = control::Link();
     return true;
   }
@@ -673,7 +677,7 @@ void CoordinatorService::accept_new() {
     try {
       c->link.send(encode(c->challenge), Clock::now() + send_timeout_);
     } catch (const Error& e) {
-      ANTDT_WARN("coordinator: connection from ", c->peer, " lost before its challenge: ", e.what());
+      unauthenticated_log_.warn("connection from ", c->peer, " lost before its challenge: ", e.what());
       continue;
     }
     c->hello_deadline = Clock::now() + kHelloTimeout;
@@ -687,7 +691,7 @@ bool CoordinatorService::serve(Connection& c) {
   try {
     frame = c.reader.read_some(c.link.fd());
   } catch (const BootstrapError& e) {
-    if (c.rank < 0) ANTDT_WARN("coordinator: refused a connection from ", c.peer, ": ", e.what());
+    if (c.rank < 0) unauthenticated_log_.warn("refused a connection from ", c.peer, ": ", e.what());
     if (c.rank >= 0 && !c.said_bye) coordinator_->lost(c.rank);
     return false;
   } catch (const Error&) {
@@ -725,7 +729,7 @@ bool CoordinatorService::handle(Connection& c, const Bytes& frame) {
     } catch (const Error& e) {
       welcome.reason = e.what();
     }
-    if (!welcome.accepted) ANTDT_WARN("coordinator: refused a connection: ", welcome.reason);
+    if (!welcome.accepted) unauthenticated_log_.warn("refused a connection: ", welcome.reason);
     try {
       c.link.send(encode(welcome), deadline);
     } catch (const Error&) {

@@ -18,6 +18,7 @@
 
 #include <antdt/scheduler.hpp>
 
+#include "core/bootstrap_drop_log.hpp"
 #include "core/control.hpp"
 #include "core/control_reader.hpp"
 #include "scheduler/controller.hpp"
@@ -91,6 +92,7 @@ struct CoordinatorStats {
   std::uint64_t ranks_lost = 0;         // disconnections without bye
   std::uint64_t dropped_reports = 0;    // steps reported with Fate::dropped
   std::uint64_t checkpoints = 0;
+  std::uint64_t database_writes = 0;    // transactions written by sync() (one per round with changes)
   int connected = 0;
 };
 
@@ -202,8 +204,12 @@ class CoordinatorService {
  public:
   // Listens on `listen` (host:port; port 0 = any). `secret`: the bytes ranks
   // must prove (the 16 bytes of ANTDT_SECRET or of the job's UniqueId).
+  // `max_unauthenticated`: connections awaiting their hello at once (0: the
+  // default, core/bootstrap_admission.hpp's kDefaultMaxPending or the world
+  // size, fitted to the descriptor limit); the oldest goes first above it.
   CoordinatorService(CoordinatorOptions options, const net::Endpoint& listen, std::span<const std::byte> secret,
-                     std::chrono::milliseconds send_timeout = std::chrono::seconds(5));
+                     std::chrono::milliseconds send_timeout = std::chrono::seconds(5),
+                     std::size_t max_unauthenticated = 0);
   ~CoordinatorService();  // stops the thread (a final checkpoint is written)
   CoordinatorService(const CoordinatorService&) = delete;
   CoordinatorService& operator=(const CoordinatorService&) = delete;
@@ -240,7 +246,8 @@ class CoordinatorService {
   bool handle(Connection& c, const Bytes& frame);
   // Connections awaiting their hello at once: room for every rank, and no more
   // than this for a flood of connections without the secret.
-  std::size_t max_unauthenticated() const;
+  std::size_t max_unauthenticated() const noexcept { return max_unauthenticated_; }
+  std::size_t max_unauthenticated_;
 
   // Answers are sent only once the round's changes are durable (Coordinator::sync).
   struct Pending {
@@ -262,6 +269,7 @@ class CoordinatorService {
   std::vector<std::unique_ptr<Connection>> connections_;  // in accept order: the oldest first
   std::chrono::steady_clock::time_point listener_paused_until_{};  // out of descriptors: accept later
   std::atomic<bool> stop_{false};
+  DropLog unauthenticated_log_{"coordinator"};  // service thread only
   std::thread thread_;
 };
 

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <sys/resource.h>
 #include <thread>
 
 namespace antdt {
@@ -242,17 +243,56 @@ TEST(TcpBootstrap, IdleAndPartialConnectionsDoNotDelayTheRanks) {
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(4));
 }
 
-TEST(TcpBootstrap, MoreIdleConnectionsThanTheCapDropTheOldest) {
-  // More connections than handshakes may be in progress (64 for a small job):
-  // the oldest are dropped, the ranks that come last still get in.
+TEST(BootstrapAdmission, MoreIdleConnectionsThanTheCapDropTheOldest) {
+  // More connections than handshakes may be in progress (64 here;
+  // kDefaultMaxPending by default): the oldest are dropped, the rank that
+  // comes last still gets in.
   UniqueId id = loopback_id();
+  const auto addr = decode_unique_id(id);
+  net::Fd own = net::listen_on("127.0.0.1", addr.port, nullptr);
   HostileConnections hostile;
-  Clock::time_point start;
-  expect_bootstrap_completes(id, 2, std::chrono::seconds(30), [&] {
-    hostile.open(id, /*idle=*/100, /*partial=*/8, /*wrong_mac=*/0);
-    start = Clock::now();
+  hostile.open(id, /*idle=*/100, /*partial=*/8, /*wrong_mac=*/0);
+  const auto start = Clock::now();
+  std::string root_error;
+  std::thread root([&] {
+    try {
+      AdmissionLimits limits;
+      limits.max_pending = 64;
+      admit_ranks(own.get(), addr.secret, 2, Clock::now() + std::chrono::seconds(20), std::chrono::seconds(20),
+                  limits);
+    } catch (const std::exception& e) {
+      root_error = e.what();
+    }
   });
+  std::string rank1_error;
+  try {
+    make_tcp_bootstrap(id, 1, 2, std::chrono::seconds(20));  // joins: its verdict came
+  } catch (const std::exception& e) {
+    rank1_error = e.what();
+  }
+  root.join();
+  EXPECT_EQ(root_error, "");
+  EXPECT_EQ(rank1_error, "");
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(4));
+  // The first idle connection was closed by the root (after its challenge), not at its 5 s deadline.
+  std::array<std::byte, wire::kChallengeBytes + 1> more{};
+  EXPECT_THROW(net::recv_all(hostile.fds.front().get(), more, start + std::chrono::seconds(4)), BootstrapError);
+}
+
+TEST(BootstrapAdmission, DefaultCapLeavesRoomForAThousandConnections) {
+  // Room for the 1 000 connections of the flood beside every rank: the
+  // soft descriptor limit is raised for them where the hard limit allows.
+  rlimit lim{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &lim), 0);
+  const std::size_t cap = AdmissionLimits::for_size(4).max_pending;
+  if (lim.rlim_max != RLIM_INFINITY && lim.rlim_max < 2000 + 256) {
+    EXPECT_GE(cap, 16u);  // what fits
+    return;
+  }
+  EXPECT_EQ(cap, kDefaultMaxPending);
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &lim), 0);
+  EXPECT_TRUE(lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur >= kDefaultMaxPending + 256);
+  EXPECT_EQ(AdmissionLimits::for_size(2000).max_pending, 2000u);
 }
 
 TEST(BootstrapAdmission, SlowHandshakeGetsItsOwnDeadline) {
@@ -293,6 +333,65 @@ TEST(BootstrapAdmission, SlowHandshakeGetsItsOwnDeadline) {
   EXPECT_TRUE(wire::decode_verdict_head(head).first);
   root.join();
   EXPECT_EQ(root_error, "");
+}
+
+// A rank whose connection the root closes before the verdict (the root drops
+// the oldest handshake when a flood of connections fills its cap) connects
+// again instead of failing: here a stand-in listener on the root's port takes
+// the rank's first connection and closes it, then the real root starts there.
+TEST(TcpBootstrap, RankWhoseHandshakeTheRootDroppedConnectsAgain) {
+  UniqueId id = loopback_id();
+  const auto addr = decode_unique_id(id);
+  auto stand_in = std::make_unique<net::Fd>(net::listen_on("127.0.0.1", addr.port, nullptr));
+  std::string rank1_error;
+  std::thread rank1([&] {
+    try {
+      auto boot = make_tcp_bootstrap(id, 1, 2, std::chrono::seconds(20));
+      boot->barrier();
+    } catch (const std::exception& e) {
+      rank1_error = e.what();
+    }
+  });
+  {
+    net::Fd first = net::accept_until(stand_in->get(), Clock::now() + std::chrono::seconds(10), nullptr);
+    ASSERT_TRUE(static_cast<bool>(first));
+  }  // closed before any challenge: to rank 1, the root dropped it
+  stand_in.reset();
+  std::string root_error;
+  try {
+    auto boot = make_tcp_bootstrap(id, 0, 2, std::chrono::seconds(20));
+    boot->barrier();
+  } catch (const std::exception& e) {
+    root_error = e.what();
+  }
+  rank1.join();
+  EXPECT_EQ(root_error, "");
+  EXPECT_EQ(rank1_error, "");
+}
+
+// A refusal is final: no second attempt (the impostor fails at once).
+TEST(TcpBootstrap, RefusedRankDoesNotTryAgain) {
+  UniqueId id = loopback_id();
+  RootAddress forged = decode_unique_id(id);
+  forged.secret[0] ^= std::byte{0xff};
+  const UniqueId wrong = encode_unique_id(forged);
+  std::thread root([&] {
+    try {
+      make_tcp_bootstrap(id, 0, 2, std::chrono::seconds(1))->barrier();
+    } catch (const std::exception&) {
+      // Times out: rank 1 never proves the secret.
+    }
+  });
+  const auto start = Clock::now();
+  std::string error;
+  try {
+    make_tcp_bootstrap(wrong, 1, 2, std::chrono::seconds(20))->barrier();
+  } catch (const BootstrapError& e) {
+    error = e.what();
+  }
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
+  EXPECT_NE(error.find("refused rank 1"), std::string::npos) << error;
+  root.join();
 }
 
 TEST(TcpBootstrap, MissingRankIsATimeoutNamingIt) {

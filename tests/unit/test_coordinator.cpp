@@ -601,9 +601,10 @@ TEST(CoordinatorService, PartialFramesWithoutTheSecretDoNotStallTheRanks) {
 }
 
 TEST(CoordinatorService, MoreConnectionsAwaitingHelloThanTheCapDropTheOldest) {
-  // Above the cap (64 for a small job) the oldest connection without a hello
-  // is closed; the ranks, which come last, get in at once.
-  CoordinatorService service(options_for(2, 40, 4, 1, 4), net::Endpoint{"127.0.0.1", 0}, test_secret());
+  // Above the cap (64 here; kDefaultMaxPending by default) the oldest
+  // connection without a hello is closed; the ranks, which come last, get in at once.
+  CoordinatorService service(options_for(2, 40, 4, 1, 4), net::Endpoint{"127.0.0.1", 0}, test_secret(), 5s,
+                             /*max_unauthenticated=*/64);
   auto hostile = open_hostile(service.address(), /*idle=*/90, /*partial=*/10);
   const auto start = Clock::now();
   run_two_ranks(service, 10s);
