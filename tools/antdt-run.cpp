@@ -10,7 +10,9 @@
 // comes back) and ANTDT_COORDINATOR: the caller's (an external
 // antdt-coordinator), else a free loopback port at which rank 0's Agent hosts
 // the embedded coordinator (ANTDT_COORDINATOR_EMBEDDED=1), so that a restarted
-// rank can find it.
+// rank can find it. Each rank also gets torchrun's env:// variables (RANK,
+// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR = the host of
+// ANTDT_ROOT, MASTER_PORT = another free port), except those the caller set.
 //
 // A rank that ends other than with exit code 0 (the restart code
 // ANTDT_RESTART_EXIT_CODE, default 75, another non-zero code, or a signal) is
@@ -131,7 +133,8 @@ class Launcher {
       : command_(std::move(command)), ranks_(static_cast<std::size_t>(world_size)), max_restarts_(restarts),
         min_ranks_(min_ranks), restart_code_(restart_code),
         grace_(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace_s))),
-        embedded_coordinator_(embedded_coordinator), job_env_(std::move(job_env)) {}
+        embedded_coordinator_(embedded_coordinator), job_env_(std::move(job_env)),
+        torch_rank_(!env("RANK")), torch_local_rank_(!env("LOCAL_RANK")) {}
 
   int run() {
     sigset_t mask;
@@ -177,6 +180,8 @@ class Launcher {
     env_strings.push_back("ANTDT_RANK=" + std::to_string(rank));
     env_strings.push_back("ANTDT_LOCAL_RANK=" + std::to_string(rank));
     env_strings.push_back("ANTDT_INCARNATION=" + std::to_string(slot.incarnation));
+    if (torch_rank_) env_strings.push_back("RANK=" + std::to_string(rank));
+    if (torch_local_rank_) env_strings.push_back("LOCAL_RANK=" + std::to_string(rank));
     std::vector<char*> envp;
     for (auto& s : env_strings) envp.push_back(s.data());
     envp.push_back(nullptr);
@@ -329,6 +334,7 @@ class Launcher {
   bool embedded_coordinator_;
   std::optional<int> first_failure_;  // the code of the first rank lost for good
   std::vector<std::string> job_env_;
+  bool torch_rank_, torch_local_rank_;  // set RANK / LOCAL_RANK per rank (the caller did not set them)
   sigset_t old_mask_{};
   int signal_fd_ = -1;
   bool stopping_ = false;
@@ -418,6 +424,25 @@ int main(int argc, char** argv) {
   job_env.push_back("ANTDT_SECRET=" + *secret);
   job_env.push_back("ANTDT_RESTART_EXIT_CODE=" + std::to_string(restart_code));
   job_env.push_back("ANTDT_MAX_RESTARTS=" + std::to_string(restarts));
+  // torchrun's env:// variables, for torch.distributed (docs/torch.md); the caller's own win.
+  if (!env("WORLD_SIZE")) job_env.push_back("WORLD_SIZE=" + std::to_string(world_size));
+  if (!env("LOCAL_WORLD_SIZE")) job_env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(world_size));
+  if (!env("MASTER_ADDR")) {
+    std::string host = root.substr(0, root.rfind(':'));
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    job_env.push_back("MASTER_ADDR=" + host);
+  }
+  if (!env("MASTER_PORT")) {
+    // Not ANTDT_ROOT's port: rank 0 listens on both (antdt's bootstrap and torch's TCPStore).
+    const std::string root_port = root.substr(root.rfind(':') + 1);
+    int port = -1;
+    for (int attempt = 0; attempt < 8 && (port < 0 || std::to_string(port) == root_port); ++attempt) port = free_port();
+    if (port < 0 || std::to_string(port) == root_port) {
+      say("cannot find a free port for MASTER_PORT: %s", std::strerror(errno));
+      return 1;
+    }
+    job_env.push_back("MASTER_PORT=" + std::to_string(port));
+  }
 
   Launcher launcher(std::move(command), world_size, restarts, min_ranks, restart_code, grace_s, embedded,
                     std::move(job_env));
