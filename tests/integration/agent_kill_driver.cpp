@@ -12,12 +12,18 @@
 //              the survivors finished the job). From the rebuild on, the
 //              survivors' plans add up to the global batch.
 //
-// Both check, from the ranks' logs: every sample committed exactly once per
+//   external-restart, external-survivors
+//              the same with rank 0 as the victim and antdt-coordinator
+//              running apart (ANTDT_MAX_RESTARTS in its environment): the
+//              arbiter of the job's data is not in the dead process.
+//
+// All check, from the ranks' logs: every sample committed exactly once per
 // epoch (a bitmap of commit counts = epochs), every replica ends with the same
 // model, and the model counted each sample at least once and at most once more
 // for the batches of the steps the death broke.
 //
-// Usage: antdt_agent_kill_driver <antdt-run> <agent_trainer> restart|survivors
+// Usage: antdt_agent_kill_driver <antdt-run> <antdt-coordinator> <agent_trainer>
+//          restart|survivors|external-restart|external-survivors
 #include "agent_driver_common.hpp"
 
 #include <map>
@@ -31,7 +37,8 @@ constexpr std::uint64_t kDataset = 3000;
 constexpr std::uint32_t kEpochs = 2;
 constexpr std::uint64_t kGlobalBatch = 40;
 constexpr int kWorld = 4;
-constexpr int kVictim = 2;
+const std::string kSecret = "00112233445566778899aabbccddeeff";
+int victim_rank = 2;
 
 struct Logs {
   std::map<std::string, std::vector<std::string>> files;  // file name -> lines
@@ -83,7 +90,7 @@ std::string log_name(int rank, int incarnation) {
 // The pid on the first line of a rank's log, once it has `batches` commits; 0 at the deadline.
 pid_t wait_for_victim(const std::string& dir, std::size_t batches, std::chrono::seconds limit) {
   const auto deadline = Clock::now() + limit;
-  const std::string path = dir + "/" + log_name(kVictim, 0);
+  const std::string path = dir + "/" + log_name(victim_rank, 0);
   while (Clock::now() < deadline) {
     const auto lines = read_lines(path);
     std::size_t commits = 0;
@@ -126,8 +133,9 @@ void check_common(const std::string& dir, const Logs& s) {
 void check_survivor_plans(const Logs& s) {
   std::map<std::uint64_t, std::pair<int, std::uint64_t>> per_step;  // step -> (plans seen, Σ local batch)
   std::uint64_t first_after = 0;
+  const int first_survivor = victim_rank == 0 ? 1 : 0;
   for (int r = 0; r < kWorld; ++r) {
-    if (r == kVictim) continue;
+    if (r == victim_rank) continue;
     auto it = s.files.find(log_name(r, 0));
     if (it == s.files.end()) continue;
     for (const auto& line : it->second) {
@@ -135,7 +143,7 @@ void check_survivor_plans(const Logs& s) {
       std::string word;
       std::uint64_t step = 0, batch = 0, generation = 0;
       in >> word >> step >> batch >> generation;
-      if (word == "rebuild" && r == 0 && first_after == 0) first_after = step;
+      if (word == "rebuild" && r == first_survivor && first_after == 0) first_after = step;
       if (word != "plan") continue;
       auto& entry = per_step[step];
       ++entry.first;
@@ -159,8 +167,21 @@ void check_survivor_plans(const Logs& s) {
                                      " steps after the death" + (wrong ? " (" + example + ")" : std::string()));
 }
 
-int run_case(const std::string& run, const std::string& trainer, bool restart) {
+int run_case(const std::string& run, const std::string& coordinator_program, const std::string& trainer, bool restart,
+             bool external) {
   const std::string dir = make_temp_dir(restart ? "agent-kill-restart" : "agent-kill-survivors");
+  std::vector<std::string> job_env = {"ANTDT_TIMEOUT_MS=30000"};
+  pid_t coordinator = -1;
+  if (external) {
+    const int port = free_port();
+    coordinator = spawn({coordinator_program, "--listen", "127.0.0.1:" + std::to_string(port), "-n",
+                         std::to_string(kWorld), "--dataset-size", std::to_string(kDataset), "--epochs",
+                         std::to_string(kEpochs), "--global-batch", std::to_string(kGlobalBatch), "--shard-size", "50"},
+                        {"ANTDT_SECRET=" + kSecret, "ANTDT_TIMEOUT_MS=30000",
+                         std::string("ANTDT_MAX_RESTARTS=") + (restart ? "1" : "0")});
+    job_env.push_back("ANTDT_SECRET=" + kSecret);
+    job_env.push_back("ANTDT_COORDINATOR=127.0.0.1:" + std::to_string(port));
+  }
   std::vector<std::string> argv = {run,
                                    "-n",
                                    std::to_string(kWorld),
@@ -181,27 +202,34 @@ int run_case(const std::string& run, const std::string& trainer, bool restart) {
                                    "50",
                                    "--step-ms",
                                    "5"};
-  const pid_t job = spawn(argv, {"ANTDT_TIMEOUT_MS=30000"});
+  const pid_t job = spawn(argv, job_env);
   const pid_t victim = wait_for_victim(dir, 20, std::chrono::seconds(60));
-  check(victim > 0, "rank 2 committed 20 batches (pid " + std::to_string(victim) + ")");
+  check(victim > 0, "rank " + std::to_string(victim_rank) + " committed 20 batches (pid " + std::to_string(victim) + ")");
   if (victim > 0) ::kill(victim, SIGKILL);
   const auto ended = wait_for(job, kJobLimit);
   check(ended && ended->code == 0, std::string("antdt-run finished with exit code 0") +
                                        (ended ? " (got " + std::to_string(ended->code) + " after " +
                                                     std::to_string(ended->seconds) + " s)"
                                               : std::string(" (killed at the limit)")));
+  if (external) {
+    const auto coordinator_ended = wait_for(coordinator, std::chrono::seconds(30));
+    check(coordinator_ended && coordinator_ended->code == 0,
+          "antdt-coordinator exited 0: the job completed" +
+              (coordinator_ended ? " (got " + std::to_string(coordinator_ended->code) + ")" : std::string(" (killed)")));
+  }
   const Logs s = read_all(dir);
   check_common(dir, s);
-  const std::string again = log_name(kVictim, 1);
+  const std::string again = log_name(victim_rank, 1);
   if (restart) {
     check(count_lines(s, again, "commit ") > 0,
-          "rank 2's second incarnation committed batches (" + std::to_string(count_lines(s, again, "commit ")) + ")");
+          "rank " + std::to_string(victim_rank) + "'s second incarnation committed batches (" +
+              std::to_string(count_lines(s, again, "commit ")) + ")");
     bool all_rebuilt = count_lines(s, again, "rebuild ") == 1;
     for (int r = 0; r < kWorld; ++r)
-      if (r != kVictim) all_rebuilt = all_rebuilt && count_lines(s, log_name(r, 0), "rebuild ") >= 1;
+      if (r != victim_rank) all_rebuilt = all_rebuilt && count_lines(s, log_name(r, 0), "rebuild ") >= 1;
     check(all_rebuilt, "every survivor and the new incarnation rebuilt their communicator");
   } else {
-    check(s.files.count(again) == 0, "rank 2 was not started again");
+    check(s.files.count(again) == 0, "rank " + std::to_string(victim_rank) + " was not started again");
     check_survivor_plans(s);
   }
   if (failures == 0) std::filesystem::remove_all(dir);
@@ -212,16 +240,22 @@ int run_case(const std::string& run, const std::string& trainer, bool restart) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: %s <antdt-run> <agent_trainer> restart|survivors\n", argv[0]);
+  if (argc != 5) {
+    std::fprintf(stderr,
+                 "usage: %s <antdt-run> <antdt-coordinator> <agent_trainer> "
+                 "restart|survivors|external-restart|external-survivors\n",
+                 argv[0]);
     return 2;
   }
-  const std::string scenario = argv[3];
+  std::string scenario = argv[4];
+  const bool external = scenario.rfind("external-", 0) == 0;
+  if (external) scenario = scenario.substr(9);
   if (scenario != "restart" && scenario != "survivors") {
-    std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
+    std::fprintf(stderr, "unknown scenario '%s'\n", argv[4]);
     return 2;
   }
-  run_case(argv[1], argv[2], scenario == "restart");
+  if (external) victim_rank = 0;
+  run_case(argv[1], argv[2], argv[3], scenario == "restart", external);
   std::printf("%s\n", failures == 0 ? "PASS" : "FAIL");
   return failures == 0 ? 0 : 1;
 }

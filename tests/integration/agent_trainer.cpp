@@ -17,7 +17,8 @@
 //     each step's plan, "lost <step> <count>" for a step whose collective
 //     raised PeerLostError (a rank died; the batch goes back and the Agent
 //     moves to a new communicator generation); the first line is "pid <pid>"
-//     (for a driver that kills the rank). At the end rank 0 writes DIR/total.txt:
+//     (for a driver that kills the rank). At the end communicator rank 0 (job
+//     rank 0 unless it was lost for good) writes DIR/total.txt:
 //     "<samples in the model> <1 if every rank's model is equal, else 0>".
 //     With --check-total, rank 0 also fails (exit 1) unless the model counted
 //     exactly N x E samples (true when no batch was voided).
@@ -151,7 +152,7 @@ int train(const std::map<std::string, std::string>& args) {
   comm.allreduce(std::span<double>(high), antdt::ReduceOp::max);
   const bool consistent = low == high;
   bool total_ok = true;
-  if (agent.rank() == 0) {
+  if (comm.rank() == 0) {  // job rank 0, or the lowest survivor once it is lost for good
     std::ofstream total(out + "/total.txt");
     total << static_cast<std::uint64_t>(model[1]) << ' ' << (consistent ? 1 : 0) << std::endl;
     const double expected = static_cast<double>(options.dataset_size) * options.epochs;

@@ -226,10 +226,14 @@ TEST(LostRanks, WithoutRestartsTheJobGoesOnWithTheSurvivors) {
       sum += p.plan.local_batch;
       const BatchReply b = c.fetch(r, p.plan.local_batch);
       for (auto id : b.samples) ++counts[id];
-      if (b.lease != 0) EXPECT_TRUE(c.commit(r, b.lease));
+      if (b.lease != 0) {
+        EXPECT_TRUE(c.commit(r, b.lease));
+      }
       c.report(r, Report{step, 0.01, 0, 0, b.samples.size(), Fate::included});
     }
-    if (!stopped) EXPECT_EQ(sum, 30u) << "step " << step;
+    if (!stopped) {
+      EXPECT_EQ(sum, 30u) << "step " << step;
+    }
   }
   ASSERT_TRUE(stopped);
   EXPECT_EQ(c.members(1), (std::vector<std::uint32_t>{0, 2}));
