@@ -215,14 +215,15 @@ Welcome Coordinator::hello(int rank, std::uint32_t incarnation, std::uint64_t ge
   Member& m = member(rank);
   if (m.connected) return Welcome{false, cat("rank ", rank, " is already connected"), 0, 0};
   if (m.gone) {
-    // Only a new process can come back (a launcher restarted it although it
-    // had no restarts left by ANTDT_MAX_RESTARTS): it rejoins like an
-    // unordered restart. The old process, alive after all, was replaced.
-    if (reconnect || incarnation <= m.incarnation)
+    const bool same_process = reconnect || incarnation <= m.incarnation;
+    if (same_process && !(rebuild_pending_ && generation_ == m.gone_generation))
       return Welcome{false,
                      cat("rank ", rank, " incarnation ", incarnation,
-                         " was declared lost for good; the job goes on without it"),
+                         " was declared lost for good and the job went on without it"),
                      0, 0};
+    // Its connection broke but the process lives, and no generation without it
+    // was planned yet; or a new process (a launcher restarted it although it
+    // had no restarts left by ANTDT_MAX_RESTARTS) rejoins like an unordered restart.
     m.gone = false;
     controller_->rank_back(rank, highest_frozen_ + 1);
   }
@@ -550,6 +551,7 @@ void Coordinator::lost_locked(int rank, const std::string& why) {
   for (const auto& other : members_) left += other.gone ? 0 : 1;
   if (!back && left > 1) {
     m.gone = true;
+    m.gone_generation = generation_;
     ++stats_.ranks_gone;
   }
   ANTDT_WARN("coordinator: rank ", rank, " (incarnation ", m.incarnation, ") ", why, "; ", returned,

@@ -172,6 +172,7 @@ class Coordinator {
     bool unordered_restart = false; // came back with a new incarnation nobody ordered
     bool awaiting_restart = false;  // lost with restarts left: its next incarnation is expected
     bool gone = false;              // lost for good: not a member of later generations
+    std::uint64_t gone_generation = 0;  // the generation it was lost in
     std::uint64_t generation = 0;   // the generation this incarnation is in (or joining)
     std::uint32_t incarnation = 0;
     std::uint64_t last_reported = 0;

@@ -211,7 +211,6 @@ TEST(LostRanks, WithoutRestartsTheJobGoesOnWithTheSurvivors) {
   }
   c.lost(1);  // died with its batch of step 1 uncommitted
   EXPECT_EQ(c.stats().ranks_gone, 1u);
-  EXPECT_FALSE(c.hello(1, 0, 0, true).accepted) << "the old process is not let back in";
   std::uint64_t step = 2;
   bool stopped = false;
   for (; step < 100 && !stopped; ++step) {
@@ -236,6 +235,7 @@ TEST(LostRanks, WithoutRestartsTheJobGoesOnWithTheSurvivors) {
     }
   }
   ASSERT_TRUE(stopped);
+  EXPECT_FALSE(c.hello(1, 0, 0, true).accepted) << "the old process is not let back in once the job went on";
   EXPECT_EQ(c.members(1), (std::vector<std::uint32_t>{0, 2}));
   for (std::uint64_t id = 0; id < n; ++id) EXPECT_EQ(counts[id], 1) << "sample " << id;
   c.bye(0, false);
@@ -243,6 +243,18 @@ TEST(LostRanks, WithoutRestartsTheJobGoesOnWithTheSurvivors) {
   c.bye(2, false);
   EXPECT_TRUE(c.all_exited()) << "a rank lost for good never says bye";
   EXPECT_TRUE(c.job_complete());
+}
+
+TEST(LostRanks, AConnectionThatBrokeComesBackBeforeTheJobWentOnWithoutIt) {
+  Coordinator c(options_for(2, 0, 2, 0));
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(c.hello(r, 0, 0).accepted);
+  c.plan(0, 1);
+  c.lost(1);
+  EXPECT_EQ(c.stats().ranks_gone, 1u);
+  ASSERT_TRUE(c.hello(1, 0, 0, true).accepted);  // alive after all: no generation without it yet
+  EXPECT_EQ(c.plan(0, 2).generation, 1u);
+  EXPECT_EQ(c.members(1), (std::vector<std::uint32_t>{0, 1}));
+  EXPECT_EQ(c.plan(1, 2).plan.local_batch, 1u);
 }
 
 TEST(LostRanks, ASurvivorsFailedCommunicatorDeclaresTheDeadRankOnce) {
