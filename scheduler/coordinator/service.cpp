@@ -393,6 +393,14 @@ void Coordinator::close_steps_locked() {
 void Coordinator::schedule_restart_locked(int rank, std::uint64_t step, const char* why) {
   Member& m = member(rank);
   if (m.restart_ordered || m.restart_at || m.gone) return;  // one order at a time; none for a rank lost for good
+  if (options_.max_restarts > 0 && static_cast<long long>(m.incarnation) >= options_.max_restarts) {
+    // The launcher would not start it again: it would be lost for good while
+    // the next generation waits for it. (0: not known, e.g. no antdt-run.)
+    ANTDT_WARN("coordinator: rank ", rank, " is not restarted (", why, "): it has used its ", options_.max_restarts,
+               " restart(s) (ANTDT_MAX_RESTARTS)");
+    controller_->rank_restarted(rank);
+    return;
+  }
   if (options_.embedded && rank == 0) {
     ANTDT_WARN("coordinator: rank 0 cannot be restarted (", why,
                "): it hosts the embedded coordinator; run antdt-coordinator (ANTDT_COORDINATOR) for that");

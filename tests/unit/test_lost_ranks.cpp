@@ -257,6 +257,17 @@ TEST(LostRanks, AConnectionThatBrokeComesBackBeforeTheJobWentOnWithoutIt) {
   EXPECT_EQ(c.plan(1, 2).plan.local_batch, 1u);
 }
 
+TEST(LostRanks, NoRestartIsOrderedBeyondTheLaunchersRestarts) {
+  Coordinator c(options_for(2, 0, 2, 1));
+  ASSERT_TRUE(c.hello(0, 0, 0).accepted);
+  ASSERT_TRUE(c.hello(1, 1, 0).accepted);  // its one restart is used
+  c.request_restart(0);
+  c.request_restart(1);
+  EXPECT_TRUE(c.plan(0, 1).plan.restart);
+  EXPECT_FALSE(c.plan(1, 1).plan.restart);
+  EXPECT_EQ(c.stats().restarts_ordered, 1u);
+}
+
 TEST(LostRanks, ASurvivorsFailedCommunicatorDeclaresTheDeadRankOnce) {
   Coordinator c(options_for(3, 0, 3, 0));
   for (int r = 0; r < 3; ++r) ASSERT_TRUE(c.hello(r, 0, 0).accepted);
