@@ -577,12 +577,21 @@ std::vector<int> Coordinator::comm_failed(int rank, std::uint64_t generation, st
   std::vector<int> declared;
   for (std::uint32_t r : lost) {
     if (r >= static_cast<std::uint32_t>(options_.world_size) || static_cast<int>(r) == rank) continue;
-    const Member& d = members_[r];
+    Member& d = members_[r];
     // Not a later incarnation that already moved on to a newer generation.
-    if (!d.connected || d.generation > generation) continue;
-    lost_locked(static_cast<int>(r), cat("is gone (rank ", rank, "'s communicator of generation ", generation,
-                                         " lost it at step ", step, ")"));
-    declared.push_back(static_cast<int>(r));
+    if (d.gone || d.awaiting_restart || d.generation > generation) continue;
+    const std::string why = cat("is gone (rank ", rank, "'s communicator of generation ", generation,
+                                " lost it at step ", step, ")");
+    if (d.connected) {
+      lost_locked(static_cast<int>(r), why);
+      declared.push_back(static_cast<int>(r));
+      continue;
+    }
+    // Not connected to this coordinator process (it died while a restarted
+    // coordinator was coming up, or before it said hello): lost all the same.
+    d.connected = true;
+    ++stats_.connected;
+    lost_locked(static_cast<int>(r), why);
   }
   if (generation == generation_ && !rebuild_pending_) {
     rebuild_pending_ = true;

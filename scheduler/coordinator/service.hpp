@@ -135,8 +135,10 @@ class Coordinator {
   // the rank's next incarnation while it has restarts left, else without it.
   void lost(int rank);
   // `rank`'s communicator of `generation` failed at `step`; `lost`: ranks its
-  // transport knows are gone. Each of those still connected in that generation
-  // or an older one is declared lost (as lost()); returns them (the service
+  // transport knows are gone. Each of those whose incarnation is in that
+  // generation or an older one is declared lost (as lost(); also one that is
+  // not connected to this coordinator process, e.g. it died while a restarted
+  // coordinator came up); returns those that were connected (the service
   // closes their connections). The job moves to a new generation when
   // `generation` is the current one.
   std::vector<int> comm_failed(int rank, std::uint64_t generation, std::uint64_t step,

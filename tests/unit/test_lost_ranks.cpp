@@ -290,6 +290,18 @@ TEST(LostRanks, ASurvivorsFailedCommunicatorDeclaresTheDeadRankOnce) {
   EXPECT_EQ(c.members(2), (std::vector<std::uint32_t>{0, 1}));
 }
 
+TEST(LostRanks, ARankThatNeverSaidHelloToThisCoordinatorCanBeDeclaredLost) {
+  // A restarted antdt-coordinator: rank 2 died before it could reconnect.
+  Coordinator c(options_for(3, 0, 3, 0));
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(c.hello(r, 0, 4, true).accepted);
+  c.plan(0, 9);
+  EXPECT_TRUE(c.comm_failed(0, 4, 9, {2}).empty());  // no connection of its to close
+  EXPECT_EQ(c.stats().ranks_gone, 1u);
+  EXPECT_EQ(c.stats().connected, 2);
+  EXPECT_EQ(c.plan(0, 10).generation, 5u);
+  EXPECT_EQ(c.members(5), (std::vector<std::uint32_t>{0, 1}));
+}
+
 TEST(LostRanks, OnlyTheGenerationsFirstMemberOffersItsId) {
   Coordinator c(options_for(3, 0, 3, 0));
   for (int r = 0; r < 3; ++r) ASSERT_TRUE(c.hello(r, 0, 0).accepted);
