@@ -464,6 +464,7 @@ Config Config::from_env(const Lookup& lookup) {
   }
   if (auto v = env.integer("ANTDT_INCARNATION", 0, INT_MAX, "restarts of this rank so far")) c.incarnation = static_cast<int>(*v);
   if (auto v = env.integer("ANTDT_RESTART_EXIT_CODE", 1, 255, "exit code")) c.restart_exit_code = static_cast<int>(*v);
+  if (auto v = env.integer("ANTDT_MAX_RESTARTS", 0, 1000000, "restarts per rank")) c.max_restarts = static_cast<int>(*v);
   return c;
 }
 
@@ -527,6 +528,7 @@ std::vector<std::string> Config::describe() const {
   lines.push_back(cat("ANTDT_COORDINATOR_GRACE_S=", coordinator_grace.count() / 1000.0));
   lines.push_back(cat("ANTDT_INCARNATION=", incarnation));
   lines.push_back(cat("ANTDT_RESTART_EXIT_CODE=", restart_exit_code));
+  lines.push_back(cat("ANTDT_MAX_RESTARTS=", max_restarts));
   return lines;
 }
 

@@ -85,6 +85,7 @@ struct Config {
   std::chrono::milliseconds coordinator_grace{120000};  // ANTDT_COORDINATOR_GRACE_S: antdt-coordinator exits once every rank is gone this long
   int incarnation = 0;                  // ANTDT_INCARNATION, 0..2147483647: restarts of this rank so far
   int restart_exit_code = 75;           // ANTDT_RESTART_EXIT_CODE, 1..255: the exit code asking for a restart
+  int max_restarts = 0;                 // ANTDT_MAX_RESTARTS, 0..1000000: restarts the launcher grants each rank (antdt-run --restarts)
 
   // Reads the variables through `lookup` (the process environment by default).
   using Lookup = std::function<std::optional<std::string>(std::string_view name)>;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <limits>
 
 namespace antdt::sched {
 namespace {
@@ -112,6 +113,7 @@ Controller::Controller(telemetry::Monitor& monitor, std::unique_ptr<Policy> poli
   const std::size_t ranks = static_cast<std::size_t>(options_.world_size);
   asked_.assign(ranks, 0);
   restart_pending_.assign(ranks, false);
+  lost_spans_.assign(ranks, {});
   resplit_given_.assign(ranks, 0);
   throughput_.assign(ranks, Throughput{});
 
@@ -270,8 +272,10 @@ RankPlan Controller::plan_for(int rank, std::uint64_t step) {
                   " is older than the plans kept (from step ", history_.begin()->first, ")");
   --it;
   const auto r = static_cast<std::size_t>(rank);
-  RankPlan plan = it->second.plans[r];
-  plan.restart = restart_pending_[r];
+  bool any_lost = false;
+  for (std::size_t other = 0; other < lost_spans_.size() && !any_lost; ++other) any_lost = lost_at_locked(other, step);
+  RankPlan plan = any_lost ? without_lost_locked(it->second.plans, step)[r] : it->second.plans[r];
+  plan.restart = restart_pending_[r] && !lost_at_locked(r, step);
   if (plan.resplit) {
     if (resplit_given_[r] == it->first + 1) {
       plan.resplit = false;
@@ -291,6 +295,108 @@ void Controller::rank_restarted(int rank) {
   ANTDT_CHECK_ARG(rank >= 0 && rank < options_.world_size, "Controller::rank_restarted: rank ", rank,
                   " is out of range [0, ", options_.world_size, ")");
   restart_pending_[static_cast<std::size_t>(rank)] = false;
+}
+
+void Controller::rank_lost(int rank, std::uint64_t from_step) {
+  std::lock_guard lock(mu_);
+  ANTDT_CHECK_ARG(rank >= 0 && rank < options_.world_size, "Controller::rank_lost: rank ", rank,
+                  " is out of range [0, ", options_.world_size, ")");
+  ANTDT_CHECK_ARG(from_step >= 1, "Controller::rank_lost: steps start at 1");
+  constexpr auto open = std::numeric_limits<std::uint64_t>::max();
+  auto& spans = lost_spans_[static_cast<std::size_t>(rank)];
+  if (!spans.empty() && spans.back().second == open) return;  // lost already
+  int lost = 0;
+  for (const auto& other : lost_spans_) lost += !other.empty() && other.back().second == open ? 1 : 0;
+  ANTDT_CHECK_ARG(lost + 1 < options_.world_size, "Controller::rank_lost: rank ", rank, " is the last rank left");
+  spans.emplace_back(from_step, open);
+  restart_pending_[static_cast<std::size_t>(rank)] = false;  // nothing left to restart
+  // A rank that never asks again must not hold back the pruning of old plans.
+  asked_[static_cast<std::size_t>(rank)] = open;
+}
+
+void Controller::rank_back(int rank, std::uint64_t from_step) {
+  std::lock_guard lock(mu_);
+  ANTDT_CHECK_ARG(rank >= 0 && rank < options_.world_size, "Controller::rank_back: rank ", rank,
+                  " is out of range [0, ", options_.world_size, ")");
+  auto& spans = lost_spans_[static_cast<std::size_t>(rank)];
+  if (spans.empty() || spans.back().second != std::numeric_limits<std::uint64_t>::max()) return;
+  spans.back().second = std::max(from_step, spans.back().first);
+  asked_[static_cast<std::size_t>(rank)] = spans.back().second;  // it asks from there on
+}
+
+bool Controller::lost_at(int rank, std::uint64_t step) const {
+  std::lock_guard lock(mu_);
+  ANTDT_CHECK_ARG(rank >= 0 && rank < options_.world_size, "Controller::lost_at: rank ", rank,
+                  " is out of range [0, ", options_.world_size, ")");
+  return lost_at_locked(static_cast<std::size_t>(rank), step);
+}
+
+bool Controller::lost_at_locked(std::size_t rank, std::uint64_t step) const {
+  for (const auto& span : lost_spans_[rank])
+    if (span.first <= step && step < span.second) return true;
+  return false;
+}
+
+std::vector<RankPlan> Controller::without_lost_locked(const std::vector<RankPlan>& plans, std::uint64_t step) const {
+  std::vector<RankPlan> out = plans;
+  const std::size_t n = out.size();
+  auto lost = [&](std::size_t r) { return lost_at_locked(r, step); };
+  const std::uint64_t B = options_.global_batch;
+  const std::uint64_t cap = options_.max_local_batch;
+  std::uint64_t weight_sum = 0;
+  std::size_t survivors = 0;
+  for (std::size_t r = 0; r < n; ++r)
+    if (!lost(r)) {
+      weight_sum += plans[r].local_batch;
+      ++survivors;
+    }
+  // Shares in proportion to the policy's local batches (equal ones when the
+  // survivors had none), rounded down; the remainder goes one sample at a time
+  // to the largest fractional parts (ties: the lower rank), as far as the cap allows.
+  std::vector<std::uint64_t> share(n, 0);
+  std::vector<std::pair<double, std::size_t>> remainders;
+  std::uint64_t given = 0;
+  for (std::size_t r = 0; r < n; ++r) {
+    if (lost(r)) continue;
+    const double exact = weight_sum > 0 ? static_cast<double>(B) * static_cast<double>(plans[r].local_batch) /
+                                              static_cast<double>(weight_sum)
+                                        : static_cast<double>(B) / static_cast<double>(survivors);
+    share[r] = std::min<std::uint64_t>(cap, static_cast<std::uint64_t>(exact));
+    given += share[r];
+    remainders.emplace_back(exact - static_cast<double>(share[r]), r);
+  }
+  std::stable_sort(remainders.begin(), remainders.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  while (given < B) {
+    bool any = false;
+    for (const auto& entry : remainders) {
+      const std::size_t r = entry.second;
+      if (given == B) break;
+      if (share[r] >= cap) continue;
+      ++share[r];
+      ++given;
+      any = true;
+    }
+    if (!any) break;  // every survivor at max_local_batch: B cannot be met (the constructor's bound was for all ranks)
+  }
+  for (std::size_t r = 0; r < n; ++r) {
+    RankPlan& p = out[r];
+    const std::uint64_t b = lost(r) ? 0 : share[r];
+    if (b == p.local_batch) continue;
+    p.local_batch = b;
+    if (b == 0) {
+      p.micro_batches = 1;
+      p.micro_batch = 0;
+      continue;
+    }
+    // The policy's number of passes where it still fits, under the cap.
+    std::uint64_t mb = (b + p.micro_batches - 1) / std::max<std::uint32_t>(1, p.micro_batches);
+    if (options_.micro_batch_cap > 0) mb = std::min(mb, options_.micro_batch_cap);
+    mb = std::max<std::uint64_t>(1, mb);
+    p.micro_batch = mb;
+    p.micro_batches = static_cast<std::uint32_t>((b + mb - 1) / mb);
+  }
+  return out;
 }
 
 std::uint64_t Controller::min_asked_locked() const {

@@ -9,6 +9,15 @@
 // under one plan set, and a rank asking again for a step gets the same plan.
 // Decisions not yet in effect are replaced by newer ones (nobody saw them).
 //
+// Lost ranks. rank_lost(r, E): rank r's process is gone for good from step E
+// on (the coordinator's first step of a communicator generation without it).
+// From E on every plan_for answer gives r nothing and spreads the policy's
+// global batch over the other ranks in proportion to the policy's own local
+// batches (bsp: equal shares; antdt-dd: its speed ratios), so that Σ local
+// batch = B over the survivors whatever the policy; steps before E keep
+// their plans (the agreement rule). The policy is not told: it goes on
+// deciding for every rank, and whatever it gives a lost rank is moved.
+//
 // Orders. A plan's restart flag stays set for that rank until
 // rank_restarted(rank) says its new process is up; from then on its plans
 // carry no restart. A resplit order is given to one plan_for answer only (the
@@ -106,6 +115,13 @@ class Controller {
   RankPlan plan_for(int rank, std::uint64_t step);
   // The rank's new process is up: its pending restart order is done.
   void rank_restarted(int rank);
+  // The rank is gone for good from step `from_step` on (see "Lost ranks" above).
+  // InvalidArgument when that would leave no rank; no-op when it is lost already.
+  void rank_lost(int rank, std::uint64_t from_step);
+  // A lost rank came back after all (started again by a launcher that did not
+  // say it would): it has plans again from `from_step` on. No-op when not lost.
+  void rank_back(int rank, std::uint64_t from_step);
+  bool lost_at(int rank, std::uint64_t step) const;
 
   // The newest plans (possibly not in effect yet) and the step they apply from.
   std::vector<RankPlan> latest_plans() const;
@@ -131,6 +147,8 @@ class Controller {
   };
 
   void check_plans(const std::vector<RankPlan>& plans, std::string_view who) const;
+  // `plans` with the ranks lost by `step` given nothing and their share spread (see "Lost ranks").
+  std::vector<RankPlan> without_lost_locked(const std::vector<RankPlan>& plans, std::uint64_t step) const;
   std::uint64_t min_asked_locked() const;
   void prune_locked();
 
@@ -144,6 +162,9 @@ class Controller {
   std::uint64_t highest_asked_ = 0;
   bool any_asked_ = false;
   std::vector<bool> restart_pending_;          // per rank
+  // Per rank: the step ranges [from, to) without it (to = UINT64_MAX: still lost).
+  std::vector<std::vector<std::pair<std::uint64_t, std::uint64_t>>> lost_spans_;
+  bool lost_at_locked(std::size_t rank, std::uint64_t step) const;
   std::vector<std::uint64_t> resplit_given_;   // per rank: effective step whose resplit order went out (+1)
   std::vector<Throughput> throughput_;         // per rank, from the records on_step() saw
   ControllerStats stats_;

@@ -1,20 +1,31 @@
 // antdt-run: starts the ranks of a job on this machine (docs/scheduler.md,
 // "Agent and coordinator").
 //
-//   antdt-run -n N [--restarts K] [--restart-code C] [--grace S] [--root host:port] -- prog args...
+//   antdt-run -n N [--restarts K] [--min-ranks M] [--restart-code C] [--grace S] [--root host:port] -- prog args...
 //
 // Each rank gets ANTDT_RANK, ANTDT_WORLD_SIZE, ANTDT_LOCAL_RANK, ANTDT_LOCAL_SIZE,
 // ANTDT_ROOT (a free loopback port unless --root), ANTDT_SECRET (the caller's,
-// else a fresh random one), ANTDT_INCARNATION (0, then 1, 2, ... for restarts)
-// and ANTDT_COORDINATOR: the caller's (an external antdt-coordinator), else a
-// free loopback port at which rank 0's Agent hosts the embedded coordinator
-// (ANTDT_COORDINATOR_EMBEDDED=1), so that a restarted rank can find it.
+// else a fresh random one), ANTDT_INCARNATION (0, then 1, 2, ... for restarts),
+// ANTDT_MAX_RESTARTS (K, so that the coordinator knows whether a crashed rank
+// comes back) and ANTDT_COORDINATOR: the caller's (an external
+// antdt-coordinator), else a free loopback port at which rank 0's Agent hosts
+// the embedded coordinator (ANTDT_COORDINATOR_EMBEDDED=1), so that a restarted
+// rank can find it. Each rank also gets torchrun's env:// variables (RANK,
+// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR = the host of
+// ANTDT_ROOT, MASTER_PORT = another free port), except those the caller set.
 //
-// A rank that exits with the restart code (ANTDT_RESTART_EXIT_CODE, default 75)
-// is started again, at most K times per rank. Any other non-zero exit (or death
-// by a signal) stops the job: the other ranks get SIGTERM, then SIGKILL after
-// the grace period, and antdt-run exits with that first failure's code
-// (128 + signal for a signal). SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded
+// A rank that ends other than with exit code 0 (the restart code
+// ANTDT_RESTART_EXIT_CODE, default 75, another non-zero code, or a signal) is
+// started again, at most K times per rank. A rank that fails with no restarts
+// left is lost for good: the others go on without it (Agent training
+// continues with the survivors) as long as at least M ranks (default 1) are
+// not lost; below that the job stops. Rank 0 hosting the embedded coordinator
+// is never restarted: the coordinator's state went with it, so its failure
+// stops the job. Stopping: the other ranks get SIGTERM, then SIGKILL after
+// the grace period, and antdt-run exits with the first failure's code (128 +
+// signal for a signal). A job that lost ranks for good exits 0 when every
+// other rank exited 0 (they finished the job without them; the lost ranks are
+// listed on stderr), else with the first failure's code. SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded
 // to every rank the same way. Every rank runs in its own process group (so the
 // whole group, helpers it forked included, is signalled) and dies with
 // antdt-run (PR_SET_PDEATHSIG), so nothing is left behind.
@@ -95,6 +106,7 @@ std::vector<std::string> inherited_environment() {
   static constexpr std::string_view dropped[] = {
       "ANTDT_RANK=", "ANTDT_WORLD_SIZE=", "ANTDT_LOCAL_RANK=", "ANTDT_LOCAL_SIZE=", "ANTDT_ROOT=",
       "ANTDT_SECRET=", "ANTDT_INCARNATION=", "ANTDT_COORDINATOR=", "ANTDT_COORDINATOR_EMBEDDED=",
+      "ANTDT_MAX_RESTARTS=",
       "OMPI_", "PMIX_", "PMI_", "SLURM_"};
   std::vector<std::string> out;
   for (char** entry = environ; *entry != nullptr; ++entry) {
@@ -111,16 +123,18 @@ struct Rank {
   int incarnation = 0;
   int restarts = 0;
   bool finished = false;   // exited 0
+  bool lost = false;       // failed with no restarts left
 };
 
 class Launcher {
  public:
-  Launcher(std::vector<std::string> command, int world_size, int restarts, int restart_code, double grace_s,
-           std::vector<std::string> job_env)
+  Launcher(std::vector<std::string> command, int world_size, int restarts, int min_ranks, int restart_code,
+           double grace_s, bool embedded_coordinator, std::vector<std::string> job_env)
       : command_(std::move(command)), ranks_(static_cast<std::size_t>(world_size)), max_restarts_(restarts),
-        restart_code_(restart_code), grace_(std::chrono::duration_cast<Clock::duration>(
-                                             std::chrono::duration<double>(grace_s))),
-        job_env_(std::move(job_env)) {}
+        min_ranks_(min_ranks), restart_code_(restart_code),
+        grace_(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace_s))),
+        embedded_coordinator_(embedded_coordinator), job_env_(std::move(job_env)),
+        torch_rank_(!env("RANK")), torch_local_rank_(!env("LOCAL_RANK")) {}
 
   int run() {
     sigset_t mask;
@@ -144,6 +158,12 @@ class Launcher {
     while (running() > 0) wait_event();
     if (stopping_) kill_groups(SIGKILL);  // helpers a rank forked and left behind
     ::close(signal_fd_);
+    if (!stopping_ && first_failure_) {
+      std::string lost;
+      for (int r = 0; r < static_cast<int>(ranks_.size()); ++r)
+        if (ranks_[static_cast<std::size_t>(r)].lost) lost += (lost.empty() ? "" : ", ") + std::to_string(r);
+      say("the other ranks finished without rank(s) %s, lost for good", lost.c_str());
+    }
     return exit_code_;
   }
 
@@ -160,6 +180,8 @@ class Launcher {
     env_strings.push_back("ANTDT_RANK=" + std::to_string(rank));
     env_strings.push_back("ANTDT_LOCAL_RANK=" + std::to_string(rank));
     env_strings.push_back("ANTDT_INCARNATION=" + std::to_string(slot.incarnation));
+    if (torch_rank_) env_strings.push_back("RANK=" + std::to_string(rank));
+    if (torch_local_rank_) env_strings.push_back("LOCAL_RANK=" + std::to_string(rank));
     std::vector<char*> envp;
     for (auto& s : env_strings) envp.push_back(s.data());
     envp.push_back(nullptr);
@@ -252,25 +274,40 @@ class Launcher {
       slot.finished = true;
       return;
     }
-    if (WIFEXITED(status) && WEXITSTATUS(status) == restart_code_ && !stopping_) {
-      if (slot.restarts < max_restarts_) {
-        ++slot.restarts;
-        ++slot.incarnation;
-        say("rank %d exited with the restart code %d: starting it again (incarnation %d, restart %d of %d)", rank,
-            restart_code_, slot.incarnation, slot.restarts, max_restarts_);
-        if (!start(rank)) stop_all(SIGTERM, 127);
-        return;
-      }
-      say("rank %d asked for a restart (exit code %d) but has used its %d restart(s) (--restarts)", rank,
-          restart_code_, max_restarts_);
-    }
-    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (stopping_) return;  // an effect of the stop, not its cause
-    if (WIFEXITED(status))
-      say("rank %d exited with code %d: stopping the other ranks", rank, code);
-    else
-      say("rank %d was killed by %s: stopping the other ranks", rank, strsignal(WTERMSIG(status)));
-    stop_all(SIGTERM, code);
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    const bool asked = WIFEXITED(status) && code == restart_code_;
+    const std::string what = asked ? "exited with the restart code " + std::to_string(code)
+                             : WIFEXITED(status) ? "exited with code " + std::to_string(code)
+                                                 : "was killed by signal " + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
+    if (rank == 0 && embedded_coordinator_ && !asked) {
+      // Its coordinator (the job's data state) went with it: nothing to rejoin.
+      say("rank 0 %s: it hosted the embedded coordinator, so the job cannot go on; stopping the other ranks",
+          what.c_str());
+      stop_all(SIGTERM, code);
+      return;
+    }
+    if (slot.restarts < max_restarts_) {
+      ++slot.restarts;
+      ++slot.incarnation;
+      say("rank %d %s: starting it again (incarnation %d, restart %d of %d)", rank, what.c_str(), slot.incarnation,
+          slot.restarts, max_restarts_);
+      if (!start(rank)) stop_all(SIGTERM, 127);
+      return;
+    }
+    slot.lost = true;
+    if (!first_failure_) first_failure_ = code;
+    int left = 0;
+    for (const auto& r : ranks_) left += r.lost ? 0 : 1;
+    if (left < min_ranks_) {
+      say("rank %d %s with no restarts left (--restarts %d): %d rank(s) left, fewer than --min-ranks %d; stopping "
+          "the other ranks",
+          rank, what.c_str(), max_restarts_, left, min_ranks_);
+      stop_all(SIGTERM, *first_failure_);
+      return;
+    }
+    say("rank %d %s with no restarts left (--restarts %d): it is lost for good; the other %d rank(s) go on", rank,
+        what.c_str(), max_restarts_, left);
   }
 
   void stop_all(int sig, int exit_code) {
@@ -291,9 +328,13 @@ class Launcher {
   std::vector<std::string> command_;
   std::vector<Rank> ranks_;
   int max_restarts_;
+  int min_ranks_;
   int restart_code_;
   Clock::duration grace_;
+  bool embedded_coordinator_;
+  std::optional<int> first_failure_;  // the code of the first rank lost for good
   std::vector<std::string> job_env_;
+  bool torch_rank_, torch_local_rank_;  // set RANK / LOCAL_RANK per rank (the caller did not set them)
   sigset_t old_mask_{};
   int signal_fd_ = -1;
   bool stopping_ = false;
@@ -305,17 +346,25 @@ class Launcher {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"antdt-run: starts N ranks of an antdt job on this machine, restarts ranks that exit with the "
-               "restart code, and stops every rank when one fails"};
+  CLI::App app{"antdt-run: starts N ranks of an antdt job on this machine, restarts ranks that fail (up to "
+               "--restarts times each), goes on without a rank that has no restarts left while --min-ranks remain, "
+               "and stops every rank otherwise"};
   int world_size = 0;
   int restarts = 0;
+  int min_ranks = 1;
   std::optional<int> restart_code_option;
   double grace_s = 10;
   std::string root;
   std::vector<std::string> command;
   app.add_option("-n,--np", world_size, "number of ranks")->required()->check(CLI::Range(1, 4096));
-  app.add_option("--restarts", restarts, "times each rank may be restarted after exiting with the restart code")
+  app.add_option("--restarts", restarts,
+                 "times each rank may be started again after it failed (the restart code, another non-zero exit "
+                 "or a signal)")
       ->check(CLI::Range(0, 1000000));
+  app.add_option("--min-ranks", min_ranks,
+                 "stop the job once fewer ranks than this are left (ranks that failed with no restarts left are "
+                 "lost for good); default 1")
+      ->check(CLI::Range(1, 4096));
   app.add_option("--restart-code", restart_code_option,
                  "exit code that asks for a restart (default: ANTDT_RESTART_EXIT_CODE, else 75)")
       ->check(CLI::Range(1, 255));
@@ -324,6 +373,10 @@ int main(int argc, char** argv) {
   app.add_option("--root", root, "host:port of rank 0's bootstrap listener (default: a free loopback port)");
   app.add_option("command", command, "the program and its arguments (after --)")->required();
   CLI11_PARSE(app, argc, argv);
+  if (min_ranks > world_size) {
+    say("--min-ranks %d is above the number of ranks %d", min_ranks, world_size);
+    return 2;
+  }
 
   int restart_code = kDefaultRestartCode;
   if (restart_code_option) {
@@ -353,6 +406,7 @@ int main(int argc, char** argv) {
     say("cannot make a job secret: getrandom failed: %s", std::strerror(errno));
     return 1;
   }
+  const bool embedded = !env("ANTDT_COORDINATOR");
   if (auto external = env("ANTDT_COORDINATOR")) {
     job_env.push_back("ANTDT_COORDINATOR=" + *external);
   } else {
@@ -369,7 +423,28 @@ int main(int argc, char** argv) {
   job_env.push_back("ANTDT_ROOT=" + root);
   job_env.push_back("ANTDT_SECRET=" + *secret);
   job_env.push_back("ANTDT_RESTART_EXIT_CODE=" + std::to_string(restart_code));
+  job_env.push_back("ANTDT_MAX_RESTARTS=" + std::to_string(restarts));
+  // torchrun's env:// variables, for torch.distributed (docs/torch.md); the caller's own win.
+  if (!env("WORLD_SIZE")) job_env.push_back("WORLD_SIZE=" + std::to_string(world_size));
+  if (!env("LOCAL_WORLD_SIZE")) job_env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(world_size));
+  if (!env("MASTER_ADDR")) {
+    std::string host = root.substr(0, root.rfind(':'));
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    job_env.push_back("MASTER_ADDR=" + host);
+  }
+  if (!env("MASTER_PORT")) {
+    // Not ANTDT_ROOT's port: rank 0 listens on both (antdt's bootstrap and torch's TCPStore).
+    const std::string root_port = root.substr(root.rfind(':') + 1);
+    int port = -1;
+    for (int attempt = 0; attempt < 8 && (port < 0 || std::to_string(port) == root_port); ++attempt) port = free_port();
+    if (port < 0 || std::to_string(port) == root_port) {
+      say("cannot find a free port for MASTER_PORT: %s", std::strerror(errno));
+      return 1;
+    }
+    job_env.push_back("MASTER_PORT=" + std::to_string(port));
+  }
 
-  Launcher launcher(std::move(command), world_size, restarts, restart_code, grace_s, std::move(job_env));
+  Launcher launcher(std::move(command), world_size, restarts, min_ranks, restart_code, grace_s, embedded,
+                    std::move(job_env));
   return launcher.run();
 }

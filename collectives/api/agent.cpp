@@ -63,6 +63,7 @@ StepPlan AgentImpl::next_step() {
   check_open("next_step");
   if (exit_ordered_) raise<InvalidArgument>("agent of rank ", rank_, ": next_step after a restart order; exit with ", exit_code());
   if (lease_) give_back();
+  report_comm_failure();
   const sched::coord::Plan p = client_->plan(step_ + 1);
   step_ = p.step;
   fetched_this_step_ = false;
@@ -79,7 +80,8 @@ StepPlan AgentImpl::next_step() {
   if (plan.restart) {
     exit_ordered_ = true;
     ANTDT_INFO("agent: rank ", rank_, " is ordered to restart at step ", plan.step);
-  } else if (p.generation > generation_ && !plan.stop) {
+  } else if (p.generation > generation_) {
+    // A restart, a rejoin or a lost rank (at the stop step too: the last collectives run on it).
     rebuild_to_ = p.generation;
     plan.rebuild = true;
   } else if (fresh_communicator_) {
@@ -234,30 +236,58 @@ void AgentImpl::rejoin() {
   fresh_communicator_ = true;
 }
 
+void AgentImpl::report_comm_failure() {
+  if (!comm_ || !comm_->comm.impl().failed() || failure_reported_ == generation_) return;
+  failure_reported_ = generation_;
+  std::vector<std::uint32_t> lost;
+  CommImpl& impl = comm_->comm.impl();
+  for (int peer = 0; peer < impl.size(); ++peer) {
+    if (peer == impl.rank() || !impl.transport().peer_failure(peer)) continue;
+    lost.push_back(members_.empty() ? static_cast<std::uint32_t>(peer) : members_[static_cast<std::size_t>(peer)]);
+  }
+  ANTDT_WARN("agent: rank ", rank_, ": the communicator of generation ", generation_, " failed at step ", step_, " (",
+             lost.size(), " peer(s) known gone); the coordinator moves the job to a new generation");
+  client_->comm_failed(generation_, step_, std::move(lost));
+}
+
 void AgentImpl::join_generation(std::uint64_t generation) {
   comm_.reset();
   UniqueId id;
-  if (rank_ == 0) {
-    id = UniqueId::create();
-    client_->offer_id(generation, id);
-  } else {
-    const auto deadline = Clock::now() + cfg_.timeout;
-    for (;;) {
-      const sched::coord::GenerationId got = client_->join(generation);
+  std::vector<std::uint32_t> members;
+  int index = -1;
+  const auto deadline = Clock::now() + cfg_.timeout;
+  for (;;) {
+    sched::coord::GenerationId got = client_->join(generation);
+    if (!got.members.empty()) {
+      const auto it = std::find(got.members.begin(), got.members.end(), static_cast<std::uint32_t>(rank_));
+      if (it == got.members.end())
+        raise<InvalidArgument>("agent of rank ", rank_, ": not a member of communicator generation ", generation,
+                               " (the coordinator counts this rank as lost)");
+      index = static_cast<int>(it - got.members.begin());
+      members = std::move(got.members);
+      if (index == 0) {
+        id = UniqueId::create();
+        client_->offer_id(generation, id);
+        break;
+      }
       if (got.ready) {
         id = got.id;
         break;
       }
-      if (Clock::now() >= deadline)
-        raise<TimeoutError>("agent of rank ", rank_, ": rank 0 offered no id for communicator generation ", generation,
-                            " within ANTDT_TIMEOUT_MS=", cfg_.timeout.count(), " ms");
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
+    if (Clock::now() >= deadline)
+      raise<TimeoutError>("agent of rank ", rank_, ": no id for communicator generation ", generation,
+                          " within ANTDT_TIMEOUT_MS=", cfg_.timeout.count(), " ms (",
+                          members.empty() ? std::string("the generation was not planned")
+                                          : cat("rank ", members.front(), " did not offer it"), ")");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  comm_.emplace(antdtComm{Communicator::create(id, rank_, size_, CommOptions{cfg_.transport})});
+  const int size = static_cast<int>(members.size());
+  comm_.emplace(antdtComm{Communicator::create(id, index, size, CommOptions{cfg_.transport})});
+  members_ = std::move(members);
   generation_ = generation;
   client_->set_generation(generation);
-  ANTDT_INFO("agent: rank ", rank_, " joined communicator generation ", generation);
+  ANTDT_INFO("agent: rank ", rank_, " joined communicator generation ", generation, " as rank ", index, " of ", size);
 }
 
 }  // namespace detail

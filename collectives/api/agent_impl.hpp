@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <vector>
 
 namespace antdt::detail {
 
@@ -64,9 +65,14 @@ class AgentImpl {
   void start_fresh();
   // A restarted rank: the coordinator says which generation to join and from which step.
   void rejoin();
-  // Every rank re-creates its communicator: rank 0 makes the new UniqueId and
-  // offers it through the coordinator; the others fetch it.
+  // Every member re-creates its communicator: the generation's first member
+  // makes the new UniqueId and offers it through the coordinator; the others
+  // fetch it. The communicator has one rank per member (fewer than the job
+  // once a rank is lost for good), in the coordinator's order.
   void join_generation(std::uint64_t generation);
+  // After a collective threw on this rank's communicator: tells the
+  // coordinator (once per generation) which peers the transport knows are gone.
+  void report_comm_failure();
 
   AgentOptions options_;
   Config cfg_;
@@ -79,6 +85,8 @@ class AgentImpl {
   std::optional<std::uint64_t> rebuild_to_;
   bool fresh_communicator_ = false;  // rejoined: the first plan says rebuild, like the other ranks'
   bool exit_ordered_ = false;
+  std::vector<std::uint32_t> members_;   // job ranks of the communicator's ranks (empty: every rank, in order)
+  std::optional<std::uint64_t> failure_reported_;  // the generation whose failed communicator was reported
   // Declaration order is destruction order reversed: the client says bye (in
   // close()) before the embedded service stops, and the communicator goes last.
   std::optional<antdtComm> comm_;  // an antdtComm, so that the C API can hand out a handle to it

@@ -116,6 +116,10 @@ GenerationId CoordinatorClient::join(std::uint64_t generation) {
   return decode_generation_id(call(JoinGeneration{generation}));
 }
 
+void CoordinatorClient::comm_failed(std::uint64_t generation, std::uint64_t step, std::vector<std::uint32_t> lost) {
+  decode_ack(call(CommFailed{generation, step, std::move(lost)}));
+}
+
 void CoordinatorClient::bye(bool restarting) {
   if (!link_) return;
   try {

@@ -44,6 +44,8 @@ class CoordinatorClient {
   void request_restart();
   void offer_id(std::uint64_t generation, const UniqueId& id);
   GenerationId join(std::uint64_t generation);
+  // This rank's communicator of `generation` failed at `step`; `lost`: the ranks its transport knows are gone.
+  void comm_failed(std::uint64_t generation, std::uint64_t step, std::vector<std::uint32_t> lost);
   // Ends the session; the connection closes. No reconnection for it.
   void bye(bool restarting);
   bool closed() const noexcept { return !link_; }

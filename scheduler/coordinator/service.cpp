@@ -37,6 +37,7 @@ CoordinatorOptions CoordinatorOptions::from(const Config& cfg, int world_size, s
   o.checkpoint_interval = cfg.coordinator_checkpoint_interval;
   o.database_path = cfg.coordinator_db;
   o.grace = cfg.coordinator_grace;
+  o.max_restarts = cfg.max_restarts;
   return o;
 }
 
@@ -215,6 +216,19 @@ Welcome Coordinator::hello(int rank, std::uint32_t incarnation, std::uint64_t ge
     return Welcome{false, cat("rank ", rank, " is out of range [0, ", options_.world_size, ")"), 0, 0};
   Member& m = member(rank);
   if (m.connected) return Welcome{false, cat("rank ", rank, " is already connected"), 0, 0};
+  if (m.gone) {
+    const bool same_process = reconnect || incarnation <= m.incarnation;
+    if (same_process && !(rebuild_pending_ && generation_ == m.gone_generation))
+      return Welcome{false,
+                     cat("rank ", rank, " incarnation ", incarnation,
+                         " was declared lost for good and the job went on without it"),
+                     0, 0};
+    // Its connection broke but the process lives, and no generation without it
+    // was planned yet; or a new process (a launcher restarted it although it
+    // had no restarts left by ANTDT_MAX_RESTARTS) rejoins like an unordered restart.
+    m.gone = false;
+    controller_->rank_back(rank, highest_frozen_ + 1);
+  }
   if (m.ever_connected && incarnation < m.incarnation)
     return Welcome{false, cat("rank ", rank, " incarnation ", incarnation, " is older than ", m.incarnation), 0, 0};
   generation_ = std::max(generation_, generation);
@@ -225,6 +239,14 @@ Welcome Coordinator::hello(int rank, std::uint32_t incarnation, std::uint64_t ge
       m.restart_ordered = false;
       controller_->rank_restarted(rank);
       ++stats_.restarts_done;
+    } else if (m.awaiting_restart) {
+      // It crashed and was started again. The generation planned since its loss
+      // (if any) counts it as a member: it joins that one; otherwise the next one.
+      m.awaiting_restart = false;
+      controller_->rank_restarted(rank);
+      ++stats_.restarts_done;
+      if (rebuild_pending_) m.unordered_restart = true;
+      ANTDT_INFO("coordinator: rank ", rank, " is back after a crash as incarnation ", incarnation);
     } else if (m.ever_connected || highest_frozen_ > 0) {
       // Nobody ordered it (the rank exited with the restart code on its own, or
       // this coordinator was started after the order): the others must still
@@ -243,9 +265,12 @@ Welcome Coordinator::hello(int rank, std::uint32_t incarnation, std::uint64_t ge
   m.connected = true;
   m.ever_connected = true;
   m.exited = false;
+  m.awaiting_restart = false;
   m.incarnation = incarnation;
   ++stats_.connected;
-  return Welcome{true, {}, m.unordered_restart ? generation_ + 1 : generation_, resume_step};
+  const std::uint64_t joins = m.unordered_restart ? generation_ + 1 : generation_;
+  m.generation = restarted ? joins : std::max(generation, m.generation);
+  return Welcome{true, {}, joins, resume_step};
 }
 
 const Coordinator::Frozen& Coordinator::frozen_locked(std::uint64_t step) {
@@ -255,7 +280,6 @@ const Coordinator::Frozen& Coordinator::frozen_locked(std::uint64_t step) {
                            " were planned; a rank fell too far behind)");
   Frozen f;
   f.stop = dds_ && dds_->progress().finished;
-  bool rebuild = false;
   if (!f.stop) {
     for (int r = 0; r < options_.world_size; ++r) {
       Member& m = members_[static_cast<std::size_t>(r)];
@@ -266,15 +290,27 @@ const Coordinator::Frozen& Coordinator::frozen_locked(std::uint64_t step) {
       m.restart_ordered = true;
       ++stats_.restarts_ordered;
     }
-    rebuild = !f.restarts.empty() || rebuild_pending_;
   }
-  if (rebuild) {
+  // A lost rank or a failed communicator needs a new generation even at the
+  // stop step: the ranks' last collectives run on it.
+  if (!f.restarts.empty() || rebuild_pending_) {
     ++generation_;
     generation_start_[generation_] = step;
     rebuild_pending_ = false;
     for (auto& m : members_) m.unordered_restart = false;
-    ANTDT_INFO("coordinator: communicator generation ", generation_, " starts at step ", step, " (",
-               f.restarts.size(), " rank(s) restart)");
+    std::vector<std::uint32_t> in;
+    for (int r = 0; r < options_.world_size; ++r) {
+      const Member& m = members_[static_cast<std::size_t>(r)];
+      if (!m.gone) {
+        in.push_back(static_cast<std::uint32_t>(r));
+      } else {
+        controller_->rank_lost(r, step);  // once: its share of the global batch goes to the members from here on
+      }
+    }
+    generation_members_[generation_] = std::move(in);
+    ANTDT_INFO("coordinator: communicator generation ", generation_, " starts at step ", step, " with ",
+               generation_members_[generation_].size(), " of ", options_.world_size, " ranks (", f.restarts.size(),
+               " rank(s) restart)");
   }
   f.generation = generation_;
   highest_frozen_ = step;
@@ -358,7 +394,15 @@ void Coordinator::close_steps_locked() {
 
 void Coordinator::schedule_restart_locked(int rank, std::uint64_t step, const char* why) {
   Member& m = member(rank);
-  if (m.restart_ordered || m.restart_at) return;  // one order at a time
+  if (m.restart_ordered || m.restart_at || m.gone) return;  // one order at a time; none for a rank lost for good
+  if (options_.max_restarts > 0 && static_cast<long long>(m.incarnation) >= options_.max_restarts) {
+    // The launcher would not start it again: it would be lost for good while
+    // the next generation waits for it. (0: not known, e.g. no antdt-run.)
+    ANTDT_WARN("coordinator: rank ", rank, " is not restarted (", why, "): it has used its ", options_.max_restarts,
+               " restart(s) (ANTDT_MAX_RESTARTS)");
+    controller_->rank_restarted(rank);
+    return;
+  }
   if (options_.embedded && rank == 0) {
     ANTDT_WARN("coordinator: rank 0 cannot be restarted (", why,
                "): it hosts the embedded coordinator; run antdt-coordinator (ANTDT_COORDINATOR) for that");
@@ -430,12 +474,31 @@ void Coordinator::request_restart(int rank) {
   schedule_restart_locked(rank, highest_frozen_ + 1, "asked by the rank");
 }
 
+std::vector<std::uint32_t> Coordinator::members_locked(std::uint64_t generation) const {
+  if (generation > generation_) return {};
+  if (auto it = generation_members_.find(generation); it != generation_members_.end()) return it->second;
+  // The first generation (or one a restarted coordinator learnt from a hello): every rank not lost.
+  std::vector<std::uint32_t> all;
+  for (int r = 0; r < options_.world_size; ++r)
+    if (!members_[static_cast<std::size_t>(r)].gone) all.push_back(static_cast<std::uint32_t>(r));
+  return all;
+}
+
+std::vector<std::uint32_t> Coordinator::members(std::uint64_t generation) const {
+  std::lock_guard lock(mu_);
+  return members_locked(generation);
+}
+
 void Coordinator::offer_id(int rank, std::uint64_t generation, const UniqueId& id) {
   std::lock_guard lock(mu_);
-  member(rank);
-  ANTDT_CHECK_ARG(rank == 0, "coordinator: only rank 0 offers a generation's id, not rank ", rank);
-  ANTDT_CHECK_ARG(generation == generation_, "coordinator: rank 0 offers an id for generation ", generation,
+  Member& m = member(rank);
+  const auto in = members_locked(generation);
+  ANTDT_CHECK_ARG(!in.empty() && in.front() == static_cast<std::uint32_t>(rank), "coordinator: rank ", rank,
+                  " offers an id for generation ", generation, ", whose first member is ",
+                  in.empty() ? std::string("not known yet") : cat("rank ", in.front()));
+  ANTDT_CHECK_ARG(generation == generation_, "coordinator: rank ", rank, " offers an id for generation ", generation,
                   ", the job is at generation ", generation_);
+  m.generation = generation;
   generation_ids_[generation] = id;
   // Older generations are over: every rank asked for the new one's plan already.
   generation_ids_.erase(generation_ids_.begin(), generation_ids_.find(generation));
@@ -443,9 +506,11 @@ void Coordinator::offer_id(int rank, std::uint64_t generation, const UniqueId& i
 
 GenerationId Coordinator::join(int rank, std::uint64_t generation) {
   std::lock_guard lock(mu_);
-  member(rank);
+  Member& m = member(rank);
   GenerationId out;
   out.generation = generation;
+  out.members = members_locked(generation);
+  m.generation = std::max(m.generation, generation);
   if (auto it = generation_ids_.find(generation); it != generation_ids_.end()) {
     out.ready = true;
     out.id = it->second;
@@ -474,6 +539,10 @@ void Coordinator::bye(int rank, bool restarting) {
 
 void Coordinator::lost(int rank) {
   std::lock_guard lock(mu_);
+  lost_locked(rank, "disconnected without bye");
+}
+
+void Coordinator::lost_locked(int rank, const std::string& why) {
   Member& m = member(rank);
   if (!m.connected) return;
   m.connected = false;
@@ -481,8 +550,57 @@ void Coordinator::lost(int rank) {
   ++stats_.ranks_lost;
   std::erase_if(lease_owner_, [&](const auto& entry) { return entry.second == rank; });
   const std::uint64_t returned = dds_ ? dds_->rank_failed(rank) : 0;
-  ANTDT_WARN("coordinator: rank ", rank, " disconnected without bye; ", returned, " of its samples go back to the queue");
+  // Its communicator is broken for every other rank: the job moves to a new
+  // generation at the next step nobody has planned, with the rank's next
+  // incarnation while it has restarts left, else without it.
+  rebuild_pending_ = true;
+  m.restart_at.reset();
+  const bool back = static_cast<long long>(m.incarnation) < options_.max_restarts;
+  m.awaiting_restart = back;
+  int left = 0;
+  for (const auto& other : members_) left += other.gone ? 0 : 1;
+  if (!back && left > 1) {
+    m.gone = true;
+    m.gone_generation = generation_;
+    ++stats_.ranks_gone;
+  }
+  ANTDT_WARN("coordinator: rank ", rank, " (incarnation ", m.incarnation, ") ", why, "; ", returned,
+             " of its samples go back to the queue; ",
+             back ? cat("it has restarts left (", options_.max_restarts, " per rank): its next incarnation rejoins at a new communicator generation")
+                  : m.gone ? cat("it has no restarts left: the job goes on with ", left - 1, " rank(s)")
+                           : std::string("it was the last rank"));
   close_steps_locked();
+}
+
+std::vector<int> Coordinator::comm_failed(int rank, std::uint64_t generation, std::uint64_t step,
+                                          const std::vector<std::uint32_t>& lost) {
+  std::lock_guard lock(mu_);
+  member(rank);
+  std::vector<int> declared;
+  for (std::uint32_t r : lost) {
+    if (r >= static_cast<std::uint32_t>(options_.world_size) || static_cast<int>(r) == rank) continue;
+    Member& d = members_[r];
+    // Not a later incarnation that already moved on to a newer generation.
+    if (d.gone || d.awaiting_restart || d.generation > generation) continue;
+    const std::string why = cat("is gone (rank ", rank, "'s communicator of generation ", generation,
+                                " lost it at step ", step, ")");
+    if (d.connected) {
+      lost_locked(static_cast<int>(r), why);
+      declared.push_back(static_cast<int>(r));
+      continue;
+    }
+    // Not connected to this coordinator process (it died while a restarted
+    // coordinator was coming up, or before it said hello): lost all the same.
+    d.connected = true;
+    ++stats_.connected;
+    lost_locked(static_cast<int>(r), why);
+  }
+  if (generation == generation_ && !rebuild_pending_) {
+    rebuild_pending_ = true;
+    ANTDT_WARN("coordinator: rank ", rank, "'s communicator of generation ", generation, " failed at step ", step,
+               ": every rank moves to a new generation at step ", highest_frozen_ + 1);
+  }
+  return declared;
 }
 
 void Coordinator::maybe_checkpoint(bool force) {
@@ -506,7 +624,7 @@ void Coordinator::checkpoint_locked(bool force) {
 bool Coordinator::all_exited_locked() const {
   bool any = false;
   for (const auto& m : members_) {
-    if (!m.ever_connected) continue;
+    if (!m.ever_connected || m.gone) continue;  // a rank lost for good never says bye
     any = true;
     if (!m.exited) return false;
   }
@@ -764,6 +882,16 @@ bool CoordinatorService::handle(Connection& c, const Bytes& frame) {
             return encode(Ack{});
           } else if constexpr (std::is_same_v<T, JoinGeneration>) {
             return encode(coordinator_->join(c.rank, m.generation));
+          } else if constexpr (std::is_same_v<T, CommFailed>) {
+            // Ranks declared lost here may still hold a connection (their
+            // process is gone, the close not seen yet): it ends now.
+            for (int gone : coordinator_->comm_failed(c.rank, m.generation, m.step, m.lost))
+              for (auto& other : connections_)
+                if (other.get() != &c && other->rank == gone && other->link) {
+                  other->said_bye = true;  // counted as lost already
+                  other->link = control::Link();
+                }
+            return encode(Ack{});
           } else {
             static_assert(std::is_same_v<T, Bye>);
             coordinator_->bye(c.rank, m.restarting);

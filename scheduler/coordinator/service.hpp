@@ -11,9 +11,12 @@
 //  - stop: the data is consumed (Dds finished), every rank leaves its loop;
 //  - restarts: ranks that exit with the restart code before the step;
 //  - generation: the communicator generation of the step. A step with restarts
-//    (or the first step after an unordered restart) starts a new generation:
-//    every rank re-creates its communicator with the UniqueId rank 0 of the new
-//    generation offers (offer_id), which the others fetch (join).
+//    (or the first step after an unordered restart, a lost rank or a failed
+//    communicator) starts a new generation: every member re-creates its
+//    communicator with the UniqueId the generation's first member offers
+//    (offer_id), which the others fetch (join). Its members are the ranks not
+//    lost for good, in rank order (a rank lost with restarts left stays a
+//    member: its next incarnation joins).
 #pragma once
 
 #include <antdt/scheduler.hpp>
@@ -70,6 +73,10 @@ struct CoordinatorOptions {
   std::string database_path;
   // antdt-coordinator exits (non-zero) once no rank has been connected for this long.
   std::chrono::milliseconds grace{120000};
+  // Restarts the launcher grants each rank (antdt-run --restarts, ANTDT_MAX_RESTARTS):
+  // a rank lost (gone without bye) while its incarnation is below this comes
+  // back; one lost at or above it is lost for good and the job goes on without it.
+  int max_restarts = 0;
   // Runs inside rank 0's process: an order to restart rank 0 is not carried out
   // (it would take the coordinator down with it), only logged.
   bool embedded = false;
@@ -90,6 +97,7 @@ struct CoordinatorStats {
   std::uint64_t restarts_ordered = 0;   // ranks told to restart
   std::uint64_t restarts_done = 0;      // restarted ranks that came back
   std::uint64_t ranks_lost = 0;         // disconnections without bye
+  std::uint64_t ranks_gone = 0;         // of those, lost for good (no restarts left)
   std::uint64_t dropped_reports = 0;    // steps reported with Fate::dropped
   std::uint64_t checkpoints = 0;
   std::uint64_t database_writes = 0;    // transactions written by sync() (one per round with changes)
@@ -124,8 +132,21 @@ class Coordinator {
   GenerationId join(int rank, std::uint64_t generation);
   // restarting: the rank exits to be started again (its samples stay queued for it).
   void bye(int rank, bool restarting);
-  // The rank's connection ended without bye: its leases and DOING shards go back (Dds::rank_failed).
+  // The rank's connection ended without bye: its leases and DOING shards go back
+  // (Dds::rank_failed), and the job moves to a new communicator generation: with
+  // the rank's next incarnation while it has restarts left, else without it.
   void lost(int rank);
+  // `rank`'s communicator of `generation` failed at `step`; `lost`: ranks its
+  // transport knows are gone. Each of those whose incarnation is in that
+  // generation or an older one is declared lost (as lost(); also one that is
+  // not connected to this coordinator process, e.g. it died while a restarted
+  // coordinator came up); returns those that were connected (the service
+  // closes their connections). The job moves to a new generation when
+  // `generation` is the current one.
+  std::vector<int> comm_failed(int rank, std::uint64_t generation, std::uint64_t step,
+                               const std::vector<std::uint32_t>& lost);
+  // The job ranks of a generation, in communicator-rank order; empty while it is not planned.
+  std::vector<std::uint32_t> members(std::uint64_t generation) const;
   // Writes the checkpoint when one is due (or `force`); no-op without a checkpoint path.
   void maybe_checkpoint(bool force = false);
   // Writes the changes since the last sync to the database in one transaction
@@ -153,6 +174,10 @@ class Coordinator {
     bool exited = false;            // bye without restart
     bool restart_ordered = false;   // in a frozen step's restarts, not back yet
     bool unordered_restart = false; // came back with a new incarnation nobody ordered
+    bool awaiting_restart = false;  // lost with restarts left: its next incarnation is expected
+    bool gone = false;              // lost for good: not a member of later generations
+    std::uint64_t gone_generation = 0;  // the generation it was lost in
+    std::uint64_t generation = 0;   // the generation this incarnation is in (or joining)
     std::uint32_t incarnation = 0;
     std::uint64_t last_reported = 0;
     bool dropped_last = false;      // its latest report: the step's contribution was dropped
@@ -168,6 +193,8 @@ class Coordinator {
   Member& member(int rank);
   const Frozen& frozen_locked(std::uint64_t step);
   void close_steps_locked();
+  void lost_locked(int rank, const std::string& why);
+  std::vector<std::uint32_t> members_locked(std::uint64_t generation) const;
   void schedule_restart_locked(int rank, std::uint64_t step, const char* why);
   void checkpoint_locked(bool force);
   bool all_exited_locked() const;
@@ -182,7 +209,8 @@ class Coordinator {
   std::uint64_t highest_frozen_ = 0;
   std::uint64_t generation_ = 0;
   std::map<std::uint64_t, std::uint64_t> generation_start_;  // generation -> its first step
-  std::map<std::uint64_t, UniqueId> generation_ids_;          // offered by rank 0 of the generation
+  std::map<std::uint64_t, UniqueId> generation_ids_;          // offered by the generation's first member
+  std::map<std::uint64_t, std::vector<std::uint32_t>> generation_members_;  // generations after the first
   bool rebuild_pending_ = false;                              // an unordered restart needs a new generation
   std::map<std::uint64_t, int> lease_owner_;                  // leases issued by this process
   std::map<std::uint64_t, std::vector<telemetry::StepRecord>> records_;  // per step, until it closes

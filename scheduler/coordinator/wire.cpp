@@ -76,7 +76,7 @@ Kind peek_kind(std::span<const std::byte> bytes) {
   if (version != kVersion)
     raise<BootstrapError>("coordinator message has protocol version ", version, ", this library speaks ", kVersion,
                           " (mixed antdt versions in one job?)");
-  const bool known = (kind >= 1 && kind <= 3) || (kind >= 10 && kind <= 23);
+  const bool known = (kind >= 1 && kind <= 3) || (kind >= 10 && kind <= 24);
   if (!known) raise<BootstrapError>("malformed coordinator message: unknown kind ", kind);
   return static_cast<Kind>(kind);
 }
@@ -147,6 +147,13 @@ Bytes encode(const Request& request) {
           Writer w(Kind::join_generation);
           w.put(m.generation);
           return w.take();
+        } else if constexpr (std::is_same_v<T, CommFailed>) {
+          Writer w(Kind::comm_failed);
+          w.put(m.generation);
+          w.put(m.step);
+          w.put(static_cast<std::uint32_t>(m.lost.size()));
+          for (std::uint32_t r : m.lost) w.put(r);
+          return w.take();
         } else {
           static_assert(std::is_same_v<T, Bye>);
           Writer w(Kind::bye);
@@ -189,6 +196,8 @@ Bytes encode(const GenerationId& m) {
   w.put(static_cast<std::uint8_t>(m.ready));
   w.put(m.generation);
   w.bytes(m.id.bytes);
+  w.put(static_cast<std::uint32_t>(m.members.size()));
+  for (std::uint32_t r : m.members) w.put(r);
   return w.take();
 }
 
@@ -299,6 +308,20 @@ Request decode_request(std::span<const std::byte> bytes) {
       r.done();
       return m;
     }
+    case Kind::comm_failed: {
+      Reader r(bytes, kind, "communicator failure");
+      CommFailed m;
+      m.generation = r.get<std::uint64_t>();
+      m.step = r.get<std::uint64_t>();
+      const auto count = r.get<std::uint32_t>();
+      if (std::uint64_t{count} * 4 != r.left())
+        raise<BootstrapError>("malformed coordinator communicator failure: ", count, " lost ranks in ", r.left(),
+                              " bytes");
+      m.lost.resize(count);
+      for (auto& rank : m.lost) rank = r.get<std::uint32_t>();
+      r.done();
+      return m;
+    }
     case Kind::bye: {
       Reader r(bytes, kind, "bye");
       Bye m{r.flag()};
@@ -356,7 +379,13 @@ GenerationId decode_generation_id(std::span<const std::byte> bytes) {
   m.ready = r.flag();
   m.generation = r.get<std::uint64_t>();
   r.bytes(m.id.bytes);
+  const auto count = r.get<std::uint32_t>();
+  if (std::uint64_t{count} * 4 != r.left())
+    raise<BootstrapError>("malformed coordinator generation id: ", count, " members in ", r.left(), " bytes");
+  m.members.resize(count);
+  for (auto& rank : m.members) rank = r.get<std::uint32_t>();
   r.done();
+  if (m.ready && m.members.empty()) raise<BootstrapError>("malformed coordinator generation id: ready without members");
   return m;
 }
 

@@ -29,7 +29,7 @@ namespace antdt::sched::coord {
 using Bytes = std::vector<std::byte>;
 
 inline constexpr std::uint32_t kMagic = 0x43544441;  // "ADTC"
-inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::uint16_t kVersion = 2;  // 2: communicator failures, generation members
 inline constexpr std::size_t kNonceBytes = 16;
 inline constexpr std::size_t kMacBytes = 32;
 inline constexpr std::size_t kMaxTextBytes = 1024;
@@ -54,6 +54,7 @@ enum class Kind : std::uint16_t {
   bye = 21,
   ack = 22,
   error = 23,
+  comm_failed = 24,
 };
 
 // --- handshake ---
@@ -105,7 +106,16 @@ struct JoinGeneration {
 struct Bye {
   bool restarting = false;  // the rank exits to be restarted (its samples were given back)
 };
-using Request = std::variant<PlanRequest, Report, Fetch, Commit, GiveBack, RequestRestart, OfferId, JoinGeneration, Bye>;
+// The rank's communicator of `generation` failed at `step` (a collective threw):
+// `lost` are the ranks its transport knows are gone (PeerLostError). The job
+// moves to a new generation at the next step nobody has planned yet.
+struct CommFailed {
+  std::uint64_t generation = 0;
+  std::uint64_t step = 0;
+  std::vector<std::uint32_t> lost;
+};
+using Request = std::variant<PlanRequest, Report, Fetch, Commit, GiveBack, RequestRestart, OfferId, JoinGeneration, Bye,
+                             CommFailed>;
 
 // --- replies (coordinator -> rank) ---
 struct Plan {
@@ -121,9 +131,13 @@ struct BatchReply {
   std::vector<std::uint64_t> samples;
 };
 struct GenerationId {
-  bool ready = false;            // false: rank 0 of that generation has not offered its id yet
+  bool ready = false;            // false: the generation's first member has not offered its id yet
   std::uint64_t generation = 0;
   UniqueId id;
+  // The job ranks of the generation in communicator-rank order (the first one
+  // offers the id); empty while the generation is not planned yet. Ranks lost
+  // for good are not members: the communicator is smaller than the job.
+  std::vector<std::uint32_t> members;
 };
 struct Ack {
   bool ok = true;                // commit / give_back: the lease was open

@@ -69,24 +69,28 @@ write("partial_protocol", "arrival_bad_rank", bytes([64 | 0]) + arrival)
 
 # coordinator wire: first byte selects the decoder (fuzz_coordinator_wire.cpp)
 C = 0x43544441
-write("coordinator_wire", "peek", b"\x00" + prefix(C, 10) + struct.pack("<Q", 1))
-write("coordinator_wire", "challenge", b"\x01" + prefix(C, 1) + bytes(16))
-write("coordinator_wire", "hello", b"\x02" + prefix(C, 2) + struct.pack("<IIIQB", 1, 4, 0, 1, 0) + b"\x22" * 32)
-write("coordinator_wire", "welcome", b"\x03" + prefix(C, 3) + struct.pack("<B", 1) + struct.pack("<I", 0) +
+CV = 2  # the coordinator protocol's version (scheduler/coordinator/wire.hpp kVersion)
+write("coordinator_wire", "peek", b"\x00" + prefix(C, 10, CV) + struct.pack("<Q", 1))
+write("coordinator_wire", "challenge", b"\x01" + prefix(C, 1, CV) + bytes(16))
+write("coordinator_wire", "hello", b"\x02" + prefix(C, 2, CV) + struct.pack("<IIIQB", 1, 4, 0, 1, 0) + b"\x22" * 32)
+write("coordinator_wire", "welcome", b"\x03" + prefix(C, 3, CV) + struct.pack("<B", 1) + struct.pack("<I", 0) +
       struct.pack("<QQ", 1, 0))
 for kind, body, name in [(10, struct.pack("<Q", 3), "plan_request"), (13, struct.pack("<Q", 64), "fetch"),
                          (15, struct.pack("<Q", 5), "commit"), (16, struct.pack("<Q", 5), "give_back"),
                          (17, b"", "request_restart"), (19, struct.pack("<Q", 2), "join_generation"),
                          (21, b"\x01", "bye"), (12, struct.pack("<QdddQB", 3, 0.1, 0.0, 0.01, 32, 0), "report"),
                          (18, struct.pack("<Q", 2) + bytes(128), "offer_id")]:
-    write("coordinator_wire", "request_" + name, b"\x04" + prefix(C, kind) + body)
-write("coordinator_wire", "batch", b"\x06" + prefix(C, 14) + struct.pack("<BQI", 0, 9, 1) + struct.pack("<Q", 3) +
+    write("coordinator_wire", "request_" + name, b"\x04" + prefix(C, kind, CV) + body)
+write("coordinator_wire", "batch", b"\x06" + prefix(C, 14, CV) + struct.pack("<BQI", 0, 9, 1) + struct.pack("<Q", 3) +
       struct.pack("<QQQ", 1, 2, 3))
-write("coordinator_wire", "batch_huge_count", b"\x06" + prefix(C, 14) + struct.pack("<BQI", 0, 9, 1) +
+write("coordinator_wire", "batch_huge_count", b"\x06" + prefix(C, 14, CV) + struct.pack("<BQI", 0, 9, 1) +
       struct.pack("<Q", 1 << 60))
-write("coordinator_wire", "generation_id", b"\x07" + prefix(C, 20) + struct.pack("<BQ", 1, 2) + bytes(128))
-write("coordinator_wire", "ack", b"\x08" + prefix(C, 22) + b"\x01")
-write("coordinator_wire", "error", b"\x09" + prefix(C, 23) + struct.pack("<i", 3) + struct.pack("<I", 4) + b"oops")
+write("coordinator_wire", "generation_id", b"\x07" + prefix(C, 20, CV) + struct.pack("<BQ", 1, 2) + bytes(128) +
+      struct.pack("<III", 2, 0, 3))
+write("coordinator_wire", "request_comm_failed", b"\x04" + prefix(C, 24, CV) + struct.pack("<QQI", 1, 7, 1) +
+      struct.pack("<I", 2))
+write("coordinator_wire", "ack", b"\x08" + prefix(C, 22, CV) + b"\x01")
+write("coordinator_wire", "error", b"\x09" + prefix(C, 23, CV) + struct.pack("<i", 3) + struct.pack("<I", 4) + b"oops")
 
 # device peer record: magic, flags, node, two IPC handles, 96-byte reason
 handle_bytes = 4 + 2 + 2 + 64 + 8 + 8 + 8 + 8 + 4 + 4

@@ -1,12 +1,13 @@
 // antdt-run's process handling, with agent_trainer's sleep / fail modes:
 //   signal    SIGTERM to antdt-run reaches every rank and the helpers they
 //             forked; antdt-run exits 143 and nothing is left running;
-//   failure   one rank exits 7: the others are stopped, antdt-run exits 7,
-//             nothing is left running;
+//   failure   one rank exits 7 under --min-ranks 3 (no restarts): the others
+//             are stopped, antdt-run exits 7, nothing is left running;
 //   stubborn  ranks that ignore SIGTERM are killed after --grace; SIGINT ->
 //             exit 130, nothing left;
 //   restarts  a rank that keeps exiting with the restart code is started
-//             again --restarts times, then the job stops with that code.
+//             again --restarts times, then (--min-ranks 2) the job stops with that code;
+//   crashes   a rank that keeps exiting with code 9 is started again too.
 // Usage: antdt_agent_launcher_driver <antdt-run> <agent_trainer>
 #include "agent_driver_common.hpp"
 
@@ -51,7 +52,9 @@ void signal_forwarding(const std::string& run, const std::string& trainer) {
 void failure(const std::string& run, const std::string& trainer) {
   const std::string dir = make_temp_dir("launcher-failure");
   const pid_t launcher =
-      spawn({run, "-n", "3", "--", trainer, "fail", "--out", dir, "--rank", "1", "--code", "7", "--fork"}, {});
+      spawn({run, "-n", "3", "--min-ranks", "3", "--", trainer, "fail", "--out", dir, "--rank", "1", "--code", "7",
+             "--fork"},
+            {});
   const auto pids = wait_pid_files(dir, 3, std::chrono::seconds(20));
   const auto ended = wait_for(launcher, std::chrono::seconds(20));
   check(ended && ended->code == 7, "antdt-run exits with the failed rank's code 7 (" + describe(ended) + ")");
@@ -87,13 +90,19 @@ void stubborn(const std::string& run, const std::string& trainer) {
 
 void restarts(const std::string& run, const std::string& trainer) {
   const std::string dir = make_temp_dir("launcher-restarts");
-  const pid_t launcher = spawn({run, "-n", "2", "--restarts", "2", "--", trainer, "fail", "--out", dir, "--rank", "1",
-                                "--code", "75"},
-                               {});
-  const auto ended = wait_for(launcher, std::chrono::seconds(30));
-  check(ended && ended->code == 75, "a rank that exhausts its restarts stops the job with code 75 (" + describe(ended) + ")");
-  const auto pids = wait_pid_files(dir, 2, std::chrono::seconds(1));
-  check(wait_gone(pids, std::chrono::seconds(5)), "no rank is left running");
+  for (const char* code : {"75", "9"}) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directory(dir);
+    const pid_t launcher = spawn({run, "-n", "2", "--restarts", "2", "--min-ranks", "2", "--", trainer, "fail", "--out",
+                                  dir, "--rank", "1", "--code", code},
+                                 {});
+    const auto ended = wait_for(launcher, std::chrono::seconds(30));
+    check(ended && ended->code == std::atoi(code), std::string("a rank that exits with ") + code +
+                                                       " until it exhausts its restarts stops the job with that code (" +
+                                                       describe(ended) + ")");
+    const auto pids = wait_pid_files(dir, 2, std::chrono::seconds(1));
+    check(wait_gone(pids, std::chrono::seconds(5)), "no rank is left running");
+  }
   std::filesystem::remove_all(dir);
 }
 

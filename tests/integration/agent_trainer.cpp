@@ -13,7 +13,12 @@
 //     appends to DIR/rank<r>.inc<i>.log: "commit <step> <ids...>" for each
 //     batch committed, "void <step> <count>" for a batch the coordinator had
 //     taken back (it restarted), "rebuild <step> <generation>", "exit <step>"
-//     when ordered to restart. At the end rank 0 writes DIR/total.txt:
+//     when ordered to restart, "plan <step> <local batch> <generation>" for
+//     each step's plan, "lost <step> <count>" for a step whose collective
+//     raised PeerLostError (a rank died; the batch goes back and the Agent
+//     moves to a new communicator generation); the first line is "pid <pid>"
+//     (for a driver that kills the rank). At the end communicator rank 0 (job
+//     rank 0 unless it was lost for good) writes DIR/total.txt:
 //     "<samples in the model> <1 if every rank's model is equal, else 0>".
 //     With --check-total, rank 0 also fails (exit 1) unless the model counted
 //     exactly N x E samples (true when no batch was voided).
@@ -81,6 +86,7 @@ int train(const std::map<std::string, std::string>& args) {
   std::ofstream log(out + "/rank" + std::to_string(agent.rank()) + ".inc" + std::to_string(agent.incarnation()) +
                         ".log",
                     std::ios::trunc);
+  log << "pid " << ::getpid() << std::endl;
   std::array<double, 2> model{0, 0};  // sum of sample ids, samples
   bool resynced = false;
   for (;;) {
@@ -89,23 +95,43 @@ int train(const std::map<std::string, std::string>& args) {
       log << "exit " << plan.step << std::endl;
       return agent.exit_code();
     }
+    log << "plan " << plan.step << ' ' << plan.local_batch << ' ' << plan.generation << std::endl;
+    try {
+      antdt::Communicator& comm = agent.communicator();
+      if (plan.rebuild) {
+        // Re-sync from the lowest rank that kept its state (a restarted rank
+        // starts from nothing). Communicator ranks: once a rank is lost for good
+        // the communicator is smaller than the job.
+        const bool fresh = agent.incarnation() > 0 && !resynced;
+        std::array<std::int32_t, 1> source{fresh ? comm.size() : comm.rank()};
+        comm.allreduce(std::span<std::int32_t>(source), antdt::ReduceOp::min);
+        comm.broadcast(std::span<double>(model), source[0]);
+        resynced = true;
+        log << "rebuild " << plan.step << ' ' << agent.generation() << std::endl;
+      }
+    } catch (const antdt::PeerLostError& e) {
+      std::fprintf(stderr, "agent_trainer (rank %d): step %llu: %s\n", agent.rank(),
+                   static_cast<unsigned long long>(plan.step), e.what());
+      log << "lost " << plan.step << " 0" << std::endl;
+      continue;  // the next plan moves to a new generation
+    }
     if (plan.stop) break;
     antdt::Communicator& comm = agent.communicator();
-    if (plan.rebuild) {
-      // Re-sync from the lowest rank that kept its state (a restarted rank starts from nothing).
-      const bool fresh = agent.incarnation() > 0 && !resynced;
-      std::array<std::int32_t, 1> source{fresh ? agent.size() : agent.rank()};
-      comm.allreduce(std::span<std::int32_t>(source), antdt::ReduceOp::min);
-      comm.broadcast(std::span<double>(model), source[0]);
-      resynced = true;
-      log << "rebuild " << plan.step << ' ' << agent.generation() << std::endl;
-    }
     if (agent.rank() == restart_rank && agent.incarnation() == 0 && plan.step == restart_step) agent.request_restart();
     const antdt::SampleBatch batch = agent.next_samples();
     std::array<double, 2> grad{0, static_cast<double>(batch.size())};
     for (auto id : batch) grad[0] += static_cast<double>(id);
     std::this_thread::sleep_for(step_time);  // the step's "compute"
-    comm.allreduce(std::span<double>(grad), antdt::ReduceOp::sum);
+    try {
+      comm.allreduce(std::span<double>(grad), antdt::ReduceOp::sum);
+    } catch (const antdt::PeerLostError& e) {
+      // A rank died: this step's result is not applied, its batch goes back
+      // (next_step gives back an unsettled batch), and the Agent tells the coordinator.
+      std::fprintf(stderr, "agent_trainer (rank %d): step %llu: %s\n", agent.rank(),
+                   static_cast<unsigned long long>(plan.step), e.what());
+      log << "lost " << plan.step << ' ' << batch.size() << std::endl;
+      continue;
+    }
     model[0] += grad[0];
     model[1] += grad[1];
     agent.report_step({.compute_s = std::chrono::duration<double>(step_time).count(), .samples = batch.size()});
@@ -126,7 +152,7 @@ int train(const std::map<std::string, std::string>& args) {
   comm.allreduce(std::span<double>(high), antdt::ReduceOp::max);
   const bool consistent = low == high;
   bool total_ok = true;
-  if (agent.rank() == 0) {
+  if (comm.rank() == 0) {  // job rank 0, or the lowest survivor once it is lost for good
     std::ofstream total(out + "/total.txt");
     total << static_cast<std::uint64_t>(model[1]) << ' ' << (consistent ? 1 : 0) << std::endl;
     const double expected = static_cast<double>(options.dataset_size) * options.epochs;

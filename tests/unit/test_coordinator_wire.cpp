@@ -127,10 +127,11 @@ TEST(CoordinatorWire, RepliesRoundTrip) {
   EXPECT_EQ(empty.status, 2);
   EXPECT_TRUE(empty.samples.empty());
 
-  const GenerationId g = decode_generation_id(encode(GenerationId{true, 6, id_of(3)}));
+  const GenerationId g = decode_generation_id(encode(GenerationId{true, 6, id_of(3), {0, 1, 3}}));
   EXPECT_TRUE(g.ready);
   EXPECT_EQ(g.generation, 6u);
   EXPECT_EQ(g.id.bytes, id_of(3).bytes);
+  EXPECT_EQ(g.members, (std::vector<std::uint32_t>{0, 1, 3}));
   EXPECT_FALSE(decode_ack(encode(Ack{false})).ok);
   EXPECT_TRUE(decode_ack(encode(Ack{true})).ok);
 }
