@@ -11,15 +11,15 @@
 // Usage: antdt_fault_campaign <antdt-run> <antdt-coordinator> <agent_trainer>
 //          [--faults K] [--seed S] [--kinds a,b,...] [--max-stop-s T] [--dataset N]
 // Fault kinds (all by default):
-//   rank-kill         kill -9 of rank 1..3 (antdt-run --restarts 1 starts it again)
+//   rank-kill         kill -9 of any rank, rank 0 too (antdt-run --restarts 1 starts it
+//                     again; with the coordinator apart, rank 0 holds nothing the job needs)
 //   rank-stop         SIGSTOP of any rank for 1..T s (default 10), then SIGCONT
 //   coordinator-kill  kill -9 of antdt-coordinator, started again on its address and database
 //   flood-coordinator 300 unauthenticated connections to the coordinator (idle, one byte
 //                     per 200 ms, a partial frame head) held for 3 s
 //   flood-root        the same against the bootstrap root while the job starts
-// Not in the campaign: kill -9 of rank 0 (the arbiter of partial collectives and
-// the communicator's root live there; docs/testing.md says why).
 #include "agent_driver_common.hpp"
+#include "commit_log.hpp"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -46,26 +46,8 @@ struct Settings {
   std::uint64_t seed = 1;
   std::vector<std::string> kinds{"rank-kill", "rank-stop", "coordinator-kill", "flood-coordinator", "flood-root"};
   int max_stop_s = 10;
-  std::uint64_t dataset = 6000;
+  std::uint64_t dataset = 12000;  // ~1.5 s of training: faults land mid-job
 };
-
-// What the ranks' logs say was committed (agent_trainer's "commit <step> <ids...>").
-std::vector<int> commits_per_sample(const std::string& dir, std::uint64_t dataset) {
-  std::vector<int> commits(dataset, 0);
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    if (entry.path().extension() != ".log") continue;
-    for (const auto& line : read_lines(entry.path().string())) {
-      std::istringstream in(line);
-      std::string word;
-      std::uint64_t step = 0;
-      in >> word >> step;
-      if (word != "commit") continue;
-      for (std::uint64_t id; in >> id;)
-        if (id < dataset) ++commits[id];
-    }
-  }
-  return commits;
-}
 
 bool exited(pid_t pid, int* code) {
   int status = 0;
@@ -89,6 +71,13 @@ pid_t rank_pid(pid_t launcher, int rank) {
     }
   }
   return -1;
+}
+
+// Whether the rank's first incarnation logged a plan (agent_trainer's "plan <step> ...").
+bool has_plan(const std::string& dir, int rank) {
+  for (const auto& line : read_lines(dir + "/rank" + std::to_string(rank) + ".inc0.log"))
+    if (line.rfind("plan ", 0) == 0) return true;
+  return false;
 }
 
 // Connections that never authenticate: a third idle, a third trickling one
@@ -163,7 +152,8 @@ pid_t start_coordinator(const Paths& p, int port, std::uint64_t n, const std::st
   return spawn_logged({p.coordinator, "--listen", "127.0.0.1:" + std::to_string(port), "-n", std::to_string(kWorld),
                 "--dataset-size", std::to_string(n), "--global-batch", "40", "--shard-size", "40", "--db", db,
                 "--grace-s", "5"},
-               {"ANTDT_SECRET=" + kSecret, "ANTDT_TIMEOUT_MS=30000"}, db + ".out");
+               // The coordinator must know a crashed rank comes back (antdt-run --restarts 1).
+               {"ANTDT_SECRET=" + kSecret, "ANTDT_TIMEOUT_MS=30000", "ANTDT_MAX_RESTARTS=1"}, db + ".out");
 }
 
 pid_t start_job(const Paths& p, int coordinator_port, int root_port, std::uint64_t n, const std::string& dir) {
@@ -181,6 +171,7 @@ struct Outcome {
   bool hang = false;
   int job_code = -1, coordinator_code = -1;
   std::uint64_t lost = 0, duplicated = 0;
+  std::uint64_t unlogged = 0;  // committed by a rank killed before it logged it (commit_log.hpp)
   bool one_model = false;
   bool ok() const { return !hang && job_code == 0 && coordinator_code == 0 && lost == 0 && duplicated == 0 && one_model; }
 };
@@ -208,12 +199,17 @@ Outcome run_one(const Paths& p, const Settings& s, const std::string& kind, std:
   if (job_over) {
     o.detail = "the job ended before the fault";
   } else if (kind == "rank-kill" || kind == "rank-stop") {
-    const int rank = kind == "rank-kill" ? 1 + static_cast<int>(random() % (kWorld - 1))
-                                         : static_cast<int>(random() % kWorld);
+    const int rank = static_cast<int>(random() % kWorld);
     o.target = "rank " + std::to_string(rank);
     pid_t pid = -1;
     for (int tries = 0; tries < 200 && (pid = rank_pid(job, rank)) < 0; ++tries)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    // A kill lands once the rank has its first plan, i.e. after the first
+    // communicator was made: a rank 0 killed while the others still join its
+    // bootstrap root costs them ANTDT_TIMEOUT_MS (docs/testing.md, open).
+    if (kind == "rank-kill")
+      for (int tries = 0; tries < 1000 && !has_plan(dir, rank); ++tries)
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
     if (pid < 0) {
       o.detail = "rank not found";
     } else if (kind == "rank-kill") {
@@ -246,10 +242,10 @@ Outcome run_one(const Paths& p, const Settings& s, const std::string& kind, std:
   o.hang = !ended || !last;
   o.job_code = ended ? ended->code : -1;
   o.coordinator_code = last ? last->code : -1;
-  for (const int k : commits_per_sample(dir, s.dataset)) {
-    o.duplicated += k > 1 ? 1 : 0;
-    o.lost += k == 0 ? 1 : 0;
-  }
+  const commit_log::CommitLog log = commit_log::read(dir, s.dataset);
+  o.duplicated = log.duplicated();
+  o.lost = log.lost();
+  o.unlogged = log.unlogged();
   const auto total = read_lines(dir + "/total.txt");
   o.one_model = total.size() == 1 && total[0].ends_with(" 1");
   if (o.ok()) std::filesystem::remove_all(dir);
@@ -300,8 +296,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::mt19937_64 random(s.seed);
-  std::printf("%-4s %-18s %-12s %6s %7s %5s %5s %5s %5s %-5s %s\n", "run", "fault", "target", "at s", "job s",
-              "exit", "coord", "lost", "twice", "model", "outcome");
+  std::printf("%-4s %-18s %-12s %6s %7s %5s %5s %5s %5s %6s %-5s %s\n", "run", "fault", "target", "at s", "job s",
+              "exit", "coord", "lost", "twice", "doubt", "model", "outcome");
   std::map<std::string, std::pair<int, int>> by_kind;  // kind -> (ok, runs)
   int hangs = 0, not_ok = 0;
   std::uint64_t lost = 0, duplicated = 0;
@@ -316,9 +312,10 @@ int main(int argc, char** argv) {
     }
     const std::string kind = round[static_cast<std::size_t>(run) % round.size()];
     const Outcome o = run_one(paths, s, kind, random);
-    std::printf("%-4d %-18s %-12s %6.2f %7.1f %5d %5d %5llu %5llu %-5s %s%s%s\n", run, o.kind.c_str(),
+    std::printf("%-4d %-18s %-12s %6.2f %7.1f %5d %5d %5llu %5llu %6llu %-5s %s%s%s\n", run, o.kind.c_str(),
                 o.target.c_str(), o.at_s, o.job_s, o.job_code, o.coordinator_code,
                 static_cast<unsigned long long>(o.lost), static_cast<unsigned long long>(o.duplicated),
+                static_cast<unsigned long long>(o.unlogged),
                 o.one_model ? "same" : "DIFF", o.ok() ? "ok" : (o.hang ? "HANG" : "FAIL"),
                 o.detail.empty() ? "" : "  ", o.detail.c_str());
     std::fflush(stdout);

@@ -25,6 +25,7 @@
 // Usage: antdt_agent_kill_driver <antdt-run> <antdt-coordinator> <agent_trainer>
 //          restart|survivors|external-restart|external-survivors
 #include "agent_driver_common.hpp"
+#include "commit_log.hpp"
 
 #include <map>
 
@@ -40,39 +41,11 @@ constexpr int kWorld = 4;
 const std::string kSecret = "00112233445566778899aabbccddeeff";
 int victim_rank = 2;
 
-struct Logs {
-  std::map<std::string, std::vector<std::string>> files;  // file name -> lines
-  std::vector<int> counts;                                // commits per sample id
-  std::uint64_t voided = 0;                               // samples of batches the coordinator had taken back
-  std::uint64_t broken = 0;                               // samples of steps whose allreduce raised PeerLostError
-};
+using Logs = commit_log::CommitLog;
 
 Logs read_all(const std::string& dir) {
-  Logs s;
-  s.counts.assign(kDataset, 0);
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    if (entry.path().extension() != ".log") continue;
-    const std::string name = entry.path().filename().string();
-    s.files[name] = read_lines(entry.path().string());
-    for (const auto& line : s.files[name]) {
-      std::istringstream in(line);
-      std::string word;
-      std::uint64_t step = 0, n = 0;
-      in >> word >> step;
-      if (word == "commit") {
-        for (std::uint64_t id; in >> id;) {
-          if (id < kDataset)
-            ++s.counts[id];
-          else
-            check(false, name + ": sample id " + std::to_string(id) + " is out of range");
-        }
-      } else if (word == "void" && (in >> n)) {
-        s.voided += n;
-      } else if (word == "lost" && (in >> n)) {
-        s.broken += n;
-      }
-    }
-  }
+  Logs s = commit_log::read(dir, kDataset);
+  for (const auto& bad : s.out_of_range) check(false, "sample id out of range: " + bad);
   return s;
 }
 
@@ -103,11 +76,9 @@ pid_t wait_for_victim(const std::string& dir, std::size_t batches, std::chrono::
 }
 
 void check_common(const std::string& dir, const Logs& s) {
-  std::size_t bad = 0;
-  std::string first;
-  for (std::size_t i = 0; i < s.counts.size(); ++i)
-    if (s.counts[i] != static_cast<int>(kEpochs) && bad++ == 0)
-      first = "sample " + std::to_string(i) + " committed " + std::to_string(s.counts[i]) + " times";
+  const int epochs = static_cast<int>(kEpochs);
+  const std::uint64_t bad = s.wrong(epochs);
+  const std::string first = s.first_problem(epochs);
   check(bad == 0, "every sample committed exactly once per epoch (" + std::to_string(kEpochs) + " epochs)" +
                       (bad ? " (" + std::to_string(bad) + " wrong; " + first + ")" : std::string()));
   const auto total_lines = read_lines(dir + "/total.txt");

@@ -14,6 +14,7 @@
 //   policy          4 ranks under ANTDT_POLICY=antdt-nd, rank 3 4x slower from
 //                   the start: the policy orders its restart (no request)
 #include "agent_driver_common.hpp"
+#include "commit_log.hpp"
 
 #include <map>
 
@@ -28,10 +29,7 @@ struct Paths {
   std::string run, coordinator, trainer;
 };
 
-struct LogSummary {
-  std::vector<int> counts;                        // commits per sample id
-  std::uint64_t voided = 0;                       // samples of batches the coordinator had taken back
-  std::map<std::string, std::vector<std::string>> files;  // file name -> lines
+struct LogSummary : commit_log::CommitLog {
   std::size_t commit_lines(const std::string& file) const {
     std::size_t n = 0;
     if (auto it = files.find(file); it != files.end())
@@ -55,41 +53,15 @@ struct LogSummary {
 
 LogSummary read_logs(const std::string& dir, std::uint64_t dataset) {
   LogSummary s;
-  s.counts.assign(dataset, 0);
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    const std::string name = entry.path().filename().string();
-    if (entry.path().extension() != ".log") continue;
-    s.files[name] = read_lines(entry.path().string());
-    for (const auto& line : s.files[name]) {
-      std::istringstream in(line);
-      std::string word;
-      std::uint64_t step = 0;
-      in >> word >> step;
-      if (word == "commit") {
-        for (std::uint64_t id; in >> id;) {
-          if (id < dataset)
-            ++s.counts[id];
-          else
-            check(false, name + ": sample id " + std::to_string(id) + " is out of range");
-        }
-      } else if (word == "void") {
-        std::uint64_t n = 0;
-        in >> n;
-        s.voided += n;
-      }
-    }
-  }
+  static_cast<commit_log::CommitLog&>(s) = commit_log::read(dir, dataset);
+  for (const auto& bad : s.out_of_range) check(false, "sample id out of range: " + bad);
   return s;
 }
 
 void check_exactly_once(const LogSummary& s) {
-  std::size_t bad = 0;
-  std::string first;
-  for (std::size_t i = 0; i < s.counts.size(); ++i)
-    if (s.counts[i] != 1) {
-      if (bad++ == 0) first = "sample " + std::to_string(i) + " committed " + std::to_string(s.counts[i]) + " times";
-    }
-  check(bad == 0, "every sample committed exactly once" + (bad ? " (" + std::to_string(bad) + " wrong; " + first + ")" : std::string()));
+  const std::uint64_t bad = s.wrong();
+  check(bad == 0, "every sample committed exactly once" +
+                      (bad ? " (" + std::to_string(bad) + " wrong; " + s.first_problem() + ")" : std::string()));
 }
 
 void check_total(const std::string& dir, std::uint64_t expected) {

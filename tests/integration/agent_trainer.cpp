@@ -10,8 +10,8 @@
 //     for --slow-ms instead of --step-ms: a straggler for the policy. After a rebuild, the
 //     lowest rank that was not restarted broadcasts the model (the re-sync a
 //     real trainer does). Each process
-//     appends to DIR/rank<r>.inc<i>.log: "commit <step> <ids...>" for each
-//     batch committed, "void <step> <count>" for a batch the coordinator had
+//     appends to DIR/rank<r>.inc<i>.log: "lease <step> <ids...>" before and
+//     "commit <step> <ids...>" after each batch committed, "void <step> <count>" for a batch the coordinator had
 //     taken back (it restarted), "rebuild <step> <generation>", "exit <step>"
 //     when ordered to restart, "plan <step> <local batch> <generation>" for
 //     each step's plan, "lost <step> <count>" for a step whose collective
@@ -105,7 +105,8 @@ int train(const std::map<std::string, std::string>& args) {
         const bool fresh = agent.incarnation() > 0 && !resynced;
         std::array<std::int32_t, 1> source{fresh ? comm.size() : comm.rank()};
         comm.allreduce(std::span<std::int32_t>(source), antdt::ReduceOp::min);
-        comm.broadcast(std::span<double>(model), source[0]);
+        // Every member restarted (none kept a model): they all start from nothing alike.
+        if (source[0] < comm.size()) comm.broadcast(std::span<double>(model), source[0]);
         resynced = true;
         log << "rebuild " << plan.step << ' ' << agent.generation() << std::endl;
       }
@@ -136,6 +137,11 @@ int train(const std::map<std::string, std::string>& args) {
     model[1] += grad[1];
     agent.report_step({.compute_s = std::chrono::duration<double>(step_time).count(), .samples = batch.size()});
     if (!batch.empty()) {
+      // Logged before the commit too: a process killed between the coordinator's
+      // durable commit and its answer leaves the lease in doubt (commit_log.hpp).
+      log << "lease " << plan.step;
+      for (auto id : batch) log << ' ' << id;
+      log << std::endl;
       if (agent.commit()) {
         log << "commit " << plan.step;
         for (auto id : batch) log << ' ' << id;

@@ -11,6 +11,7 @@
 //   gone   every rank is killed (kill -9 of antdt-run, whose ranks die with it): the
 //          coordinator exits by itself, non-zero, once ANTDT_COORDINATOR_GRACE_S is over
 #include "agent_driver_common.hpp"
+#include "commit_log.hpp"
 
 #include <random>
 
@@ -24,37 +25,6 @@ constexpr int kWorld = 4;
 struct Paths {
   std::string run, coordinator, trainer;
 };
-
-struct Counts {
-  std::vector<int> commits;  // per sample id
-  std::uint64_t voided = 0;
-  std::uint64_t batches = 0;
-};
-
-Counts read_counts(const std::string& dir, std::uint64_t dataset) {
-  Counts c;
-  c.commits.assign(dataset, 0);
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    if (entry.path().extension() != ".log") continue;
-    for (const auto& line : read_lines(entry.path().string())) {
-      std::istringstream in(line);
-      std::string word;
-      std::uint64_t step = 0;
-      in >> word >> step;
-      if (word == "commit") {
-        ++c.batches;
-        for (std::uint64_t id; in >> id;) {
-          if (id < dataset) ++c.commits[id];
-        }
-      } else if (word == "void") {
-        std::uint64_t n = 0;
-        in >> n;
-        c.voided += n;
-      }
-    }
-  }
-  return c;
-}
 
 pid_t start_coordinator(const Paths& p, int port, std::uint64_t n, const std::string& db, double grace_s) {
   return spawn({p.coordinator, "--listen", "127.0.0.1:" + std::to_string(port), "-n", std::to_string(kWorld),
@@ -110,12 +80,8 @@ void kills(const Paths& p, int wanted, std::uint64_t seed, std::uint64_t n) {
   const auto last = wait_for(coordinator, std::chrono::seconds(30));
   check(last && last->code == 0, "the last antdt-coordinator exited 0 (the job completed)" +
                                      (last ? " (got " + std::to_string(last->code) + ")" : std::string(" (killed)")));
-  const Counts c = read_counts(dir, n);
-  std::uint64_t duplicated = 0, lost = 0;
-  for (const int k : c.commits) {
-    duplicated += k > 1 ? 1 : 0;
-    lost += k == 0 ? 1 : 0;
-  }
+  const commit_log::CommitLog c = commit_log::read(dir, n);
+  const std::uint64_t duplicated = c.duplicated(), lost = c.lost();
   std::printf("kills %d in %.1f s, dataset %llu: %llu committed batches, duplicated %llu, lost %llu, "
               "voided (trained again) %llu samples\n",
               done, killing_s, static_cast<unsigned long long>(n), static_cast<unsigned long long>(c.batches),
@@ -137,7 +103,7 @@ void gone(const Paths& p) {
   const pid_t coordinator = start_coordinator(p, port, n, dir + "/coordinator.db", grace_s);
   const pid_t job = start_job(p, port, n, dir);
   const auto deadline = Clock::now() + std::chrono::seconds(60);
-  while (Clock::now() < deadline && read_counts(dir, n).batches < 20)
+  while (Clock::now() < deadline && commit_log::read(dir, n).batches < 20)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   ::kill(job, SIGKILL);  // its ranks die with it (PR_SET_PDEATHSIG): none says bye
   ::waitpid(job, nullptr, 0);
