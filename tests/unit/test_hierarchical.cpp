@@ -190,7 +190,7 @@ TEST_P(Hierarchical, AllgatherEveryDtypeCountAndPlacement) {
         for (bool in_place : {false, true}) {
           std::vector<std::byte> mine(count * es), recv(un * count * es + 1, std::byte{0x5a});
           for (std::size_t i = 0; i < count; ++i) store(t, mine.data(), i, tag_value(t, r, 0, i));
-          if (in_place) std::memcpy(recv.data() + r * count * es, mine.data(), count * es);
+          if (in_place && count > 0) std::memcpy(recv.data() + r * count * es, mine.data(), count * es);
           comm.allgather(in_place ? recv.data() + r * count * es : mine.data(), recv.data(), count, t);
           const std::string what = where("allgather", t, ReduceOp::sum, count, in_place);
           for (std::size_t b = 0; b < un; ++b)
@@ -246,7 +246,7 @@ TEST_P(Hierarchical, BroadcastFromEveryRootEveryDtypeCountAndPlacement) {
             const auto from = static_cast<std::size_t>(root);
             for (std::size_t i = 0; i < count; ++i)
               store(t, send.data(), i, static_cast<int>(r) == root ? tag_value(t, from, 2, i) : 0.0);
-            if (in_place) std::memcpy(recv.data(), send.data(), count * es);
+            if (in_place && count > 0) std::memcpy(recv.data(), send.data(), count * es);
             comm.broadcast(in_place ? recv.data() : send.data(), recv.data(), count, t, root);
             const std::string what = cat(where("broadcast", t, ReduceOp::sum, count, in_place), " root ", root);
             for (std::size_t i = 0; i < count; ++i)
