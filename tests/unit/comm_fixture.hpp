@@ -40,15 +40,25 @@ using Outcomes = std::vector<std::exception_ptr>;
 using TransportWrap =
     std::function<std::unique_ptr<transport::Transport>(std::unique_ptr<transport::Transport>, int rank)>;
 
-// `device_copy` (tests of the direct GPU path on the fake device, whose
-// device memory is host memory): when set, the transports accept device
-// payloads; inproc copies them with it, UCX takes them as host memory.
-inline Outcomes run_ranks(int n, TransportKind kind, const std::function<void(Communicator&)>& fn,
-                          const Config& cfg = test_config(), const TransportWrap& wrap = nullptr,
-                          const transport::InprocFabric::DeviceCopy& device_copy = {}) {
+// How run_ranks sets each rank up, beyond the transport kind.
+struct RankSetup {
+  Config cfg = test_config();
+  // A configuration per rank (to force disagreeing settings); null: cfg for every rank.
+  std::function<Config(int rank)> config_of;
+  // Each rank's node id (topology tests fake a node map); empty: the machine's own.
+  std::vector<std::uint64_t> nodes;
+  TransportWrap wrap;
+  // Tests of the direct GPU path on the fake device, whose device memory is
+  // host memory: when set, the transports accept device payloads; inproc
+  // copies them with it, UCX takes them as host memory.
+  transport::InprocFabric::DeviceCopy device_copy;
+};
+
+inline Outcomes run_ranks(int n, TransportKind kind, const RankSetup& setup,
+                          const std::function<void(Communicator&)>& fn) {
   ::setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 0);
-  auto fabric = std::make_shared<transport::InprocFabric>(n, device_copy);
-  auto rendezvous = std::make_shared<InprocRendezvous>(n, cfg.timeout);
+  auto fabric = std::make_shared<transport::InprocFabric>(n, setup.device_copy);
+  auto rendezvous = std::make_shared<InprocRendezvous>(n, setup.cfg.timeout);
   auto control = control::make_inproc_endpoints(n);  // element r is moved into rank r's communicator
   Outcomes outcomes(static_cast<std::size_t>(n));
   std::vector<std::thread> threads;
@@ -56,17 +66,19 @@ inline Outcomes run_ranks(int n, TransportKind kind, const std::function<void(Co
     threads.emplace_back([&, r] {
       log::set_thread_rank(r);
       try {
+        const Config cfg = setup.config_of ? setup.config_of(r) : setup.cfg;
         std::unique_ptr<transport::Transport> t;
         if (kind == TransportKind::inproc) {
           t = transport::make_inproc_transport(fabric, r, cfg);
         } else {
           InprocBootstrap boot(rendezvous, r);
           t = transport::make_ucx_transport(
-              boot, cfg, transport::UcxOptions{.device_payloads_in_host_memory = static_cast<bool>(device_copy)});
+              boot, cfg,
+              transport::UcxOptions{.device_payloads_in_host_memory = static_cast<bool>(setup.device_copy)});
         }
-        if (wrap) t = wrap(std::move(t), r);
-        Communicator comm =
-            detail::make_communicator(std::move(t), 42, cfg, std::move(control[static_cast<std::size_t>(r)]));
+        if (setup.wrap) t = setup.wrap(std::move(t), r);
+        Communicator comm = detail::make_communicator(std::move(t), 42, cfg,
+                                                      std::move(control[static_cast<std::size_t>(r)]), setup.nodes);
         fn(comm);
       } catch (...) {
         outcomes[static_cast<std::size_t>(r)] = std::current_exception();
@@ -76,6 +88,18 @@ inline Outcomes run_ranks(int n, TransportKind kind, const std::function<void(Co
   }
   for (auto& t : threads) t.join();
   return outcomes;
+}
+
+inline Outcomes run_ranks(int n, TransportKind kind, const std::function<void(Communicator&)>& fn,
+                          const Config& cfg = test_config(), const TransportWrap& wrap = nullptr,
+                          const transport::InprocFabric::DeviceCopy& device_copy = {}) {
+  return run_ranks(n, kind, RankSetup{.cfg = cfg, .wrap = wrap, .device_copy = device_copy}, fn);
+}
+
+inline Config config_with(AllreduceAlgo algo) {
+  Config cfg = test_config();
+  cfg.allreduce_algo = algo;
+  return cfg;
 }
 
 // Rethrows the first failure (for tests where every rank must succeed).

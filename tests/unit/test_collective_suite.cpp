@@ -30,39 +30,7 @@ const std::size_t kCounts[] = {0, 1, 7, 1003};
 // Like run_ranks, with a configuration per rank (to force disagreeing settings).
 Outcomes run_ranks_configured(int n, TransportKind kind, const std::function<Config(int)>& config_of,
                               const std::function<void(Communicator&)>& fn) {
-  ::setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 0);
-  auto fabric = std::make_shared<transport::InprocFabric>(n);
-  auto rendezvous = std::make_shared<InprocRendezvous>(n, test_config().timeout);
-  Outcomes outcomes(static_cast<std::size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      log::set_thread_rank(r);
-      try {
-        const Config cfg = config_of(r);
-        std::unique_ptr<transport::Transport> t;
-        if (kind == TransportKind::inproc) {
-          t = transport::make_inproc_transport(fabric, r, cfg);
-        } else {
-          InprocBootstrap boot(rendezvous, r);
-          t = transport::make_ucx_transport(boot, cfg);
-        }
-        Communicator comm = detail::make_communicator(std::move(t), 42, cfg);
-        fn(comm);
-      } catch (...) {
-        outcomes[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-      log::set_thread_rank(-1);
-    });
-  }
-  for (auto& t : threads) t.join();
-  return outcomes;
-}
-
-Config config_with(AllreduceAlgo algo) {
-  Config cfg = test_config();
-  cfg.allreduce_algo = algo;
-  return cfg;
+  return run_ranks(n, kind, RankSetup{.config_of = config_of}, fn);
 }
 
 std::string where(const char* what, DataType t, ReduceOp op, std::size_t count, bool in_place) {

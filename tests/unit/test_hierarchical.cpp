@@ -61,48 +61,13 @@ const Layout kLayouts[] = {
     Layout{"uneven_2_1", {0, 1, 0}},
 };
 
-Config config_with(AllreduceAlgo algo) {
-  Config cfg = test_config();
-  cfg.allreduce_algo = algo;
-  return cfg;
-}
-
 // Like run_ranks, with each rank's node from the layout (the identity
 // ANTDT_NODE_ID=node<k> gives) and a configuration per rank.
 Outcomes run_on_nodes(const Layout& layout, TransportKind kind, const std::function<Config(int)>& config_of,
                       const std::function<void(Communicator&)>& fn) {
-  ::setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 0);
-  const int n = layout.size();
-  std::vector<std::uint64_t> rank_nodes;
-  for (int node : layout.node_of) rank_nodes.push_back(topology_node("node" + std::to_string(node)));
-  auto fabric = std::make_shared<transport::InprocFabric>(n);
-  auto rendezvous = std::make_shared<InprocRendezvous>(n, test_config().timeout);
-  auto control = control::make_inproc_endpoints(n);
-  Outcomes outcomes(static_cast<std::size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      log::set_thread_rank(r);
-      try {
-        const Config cfg = config_of(r);
-        std::unique_ptr<transport::Transport> t;
-        if (kind == TransportKind::inproc) {
-          t = transport::make_inproc_transport(fabric, r, cfg);
-        } else {
-          InprocBootstrap boot(rendezvous, r);
-          t = transport::make_ucx_transport(boot, cfg);
-        }
-        Communicator comm = detail::make_communicator(std::move(t), 42, cfg,
-                                                      std::move(control[static_cast<std::size_t>(r)]), rank_nodes);
-        fn(comm);
-      } catch (...) {
-        outcomes[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-      log::set_thread_rank(-1);
-    });
-  }
-  for (auto& t : threads) t.join();
-  return outcomes;
+  RankSetup setup{.config_of = config_of};
+  for (int node : layout.node_of) setup.nodes.push_back(topology_node("node" + std::to_string(node)));
+  return run_ranks(layout.size(), kind, setup, fn);
 }
 
 Outcomes run_on_nodes(const Layout& layout, TransportKind kind, AllreduceAlgo algo,
