@@ -49,6 +49,13 @@ struct CommitLog {
     for (std::size_t i = 0; i < commits.size(); ++i) n += commits[i] + in_doubt[i] < epochs ? 1 : 0;
     return n;
   }
+  // Samples of every in-doubt lease: trained once more when the lease had not
+  // been committed after all (its step was applied, then served again).
+  std::uint64_t in_doubt_samples() const {
+    std::uint64_t n = 0;
+    for (const int k : in_doubt) n += static_cast<std::uint64_t>(k);
+    return n;
+  }
   // Samples whose last commit only an in-doubt lease accounts for.
   std::uint64_t unlogged(int epochs = 1) const {
     std::uint64_t n = 0;
