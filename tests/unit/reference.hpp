@@ -6,12 +6,15 @@
 #include <antdt/comm.hpp>
 
 #include "core/dtype.hpp"
+#include "core/error.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 namespace antdt::test {
 
@@ -96,6 +99,22 @@ inline bool close_enough(DataType t, ReduceOp op, double got, double want) {
     return std::fabs(got - want) <= tol * std::max(1.0, std::fabs(want));
   }
   return got == want;
+}
+
+// What a failing check names: the call, dtype, op, count and placement.
+inline std::string where(const char* what, DataType t, ReduceOp op, std::size_t count, bool in_place) {
+  return cat(what, " ", dtype_name(t), " ", op_name(op), " count ", count, in_place ? " in place" : " out of place");
+}
+
+inline void expect_element(const std::string& what, std::size_t i, double got, double want, DataType t, ReduceOp op) {
+  if (!close_enough(t, op, got, want))
+    throw std::runtime_error(cat(what, ": element ", i, " is ", got, ", expected ", want));
+}
+
+// A value every dtype holds exactly, distinct for nearby (a, b, i).
+inline double tag_value(DataType t, std::size_t a, std::size_t b, std::size_t i) {
+  const double v = static_cast<double>((a * 31 + b * 7 + i * 3) % 100);
+  return is_signed_or_float(t) ? v - 50 : v;
 }
 
 }  // namespace antdt::test

@@ -33,21 +33,6 @@ Outcomes run_ranks_configured(int n, TransportKind kind, const std::function<Con
   return run_ranks(n, kind, RankSetup{.config_of = config_of}, fn);
 }
 
-std::string where(const char* what, DataType t, ReduceOp op, std::size_t count, bool in_place) {
-  return cat(what, " ", dtype_name(t), " ", op_name(op), " count ", count, in_place ? " in place" : " out of place");
-}
-
-void expect_element(const std::string& what, std::size_t i, double got, double want, DataType t, ReduceOp op) {
-  if (!close_enough(t, op, got, want))
-    throw std::runtime_error(cat(what, ": element ", i, " is ", got, ", expected ", want));
-}
-
-// A value every dtype holds exactly, distinct for nearby (a, b, i).
-double tag_value(DataType t, std::size_t a, std::size_t b, std::size_t i) {
-  const double v = static_cast<double>((a * 31 + b * 7 + i * 3) % 100);
-  return is_signed_or_float(t) ? v - 50 : v;
-}
-
 template <class E>
 void expect_error(const std::function<void()>& f, const std::string& what) {
   try {

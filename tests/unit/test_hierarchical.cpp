@@ -75,21 +75,6 @@ Outcomes run_on_nodes(const Layout& layout, TransportKind kind, AllreduceAlgo al
   return run_on_nodes(layout, kind, [algo](int) { return config_with(algo); }, fn);
 }
 
-std::string where(const char* what, DataType t, ReduceOp op, std::size_t count, bool in_place) {
-  return cat(what, " ", dtype_name(t), " ", op_name(op), " count ", count, in_place ? " in place" : " out of place");
-}
-
-void expect_element(const std::string& what, std::size_t i, double got, double want, DataType t, ReduceOp op) {
-  if (!close_enough(t, op, got, want))
-    throw std::runtime_error(cat(what, ": element ", i, " is ", got, ", expected ", want));
-}
-
-// A value every dtype holds exactly, distinct for nearby (a, b, i).
-double tag_value(DataType t, std::size_t a, std::size_t b, std::size_t i) {
-  const double v = static_cast<double>((a * 31 + b * 7 + i * 3) % 100);
-  return is_signed_or_float(t) ? v - 50 : v;
-}
-
 // The call really runs hierarchically: the selection over this communicator's
 // node map says so (ANTDT_ALGO=hierarchical forces it on every layout).
 void expect_selected(Communicator& comm, Kind kind, std::size_t count, DataType t, Algo want) {
