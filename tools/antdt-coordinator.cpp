@@ -126,7 +126,10 @@ int main(int argc, char** argv) {
     service.stop();
     service.coordinator().sync();
     service.coordinator().maybe_checkpoint(true);
-    const bool complete = service.coordinator().job_complete();
+    // Gone for the grace period with all the data committed: the job ended
+    // (its byes went to an earlier process of this coordinator, killed at the end).
+    const bool complete = service.coordinator().job_complete() ||
+                          (!why_stopped.empty() && service.coordinator().data_finished());
     const auto progress = service.coordinator().progress();
     const auto stats = service.coordinator().stats();
     std::printf("antdt-coordinator: %s; %llu samples committed, %llu epoch(s) completed, generation %llu, "

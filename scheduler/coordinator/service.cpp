@@ -196,6 +196,11 @@ bool Coordinator::job_complete() const {
   return !dds_ || options_.dds.epochs == 0 || dds_->progress().finished;
 }
 
+bool Coordinator::data_finished() const {
+  std::lock_guard lock(mu_);
+  return dds_ && options_.dds.epochs > 0 && dds_->progress().finished;
+}
+
 std::optional<Clock::duration> Coordinator::all_gone_for() const {
   std::lock_guard lock(mu_);
   if (stats_.connected > 0 || all_exited_locked()) return std::nullopt;

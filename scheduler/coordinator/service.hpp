@@ -157,6 +157,10 @@ class Coordinator {
   // The job is done: the data is consumed (every epoch served, when there is
   // a dataset with an end) and every rank that connected said bye.
   bool job_complete() const;
+  // Every epoch of a dataset with an end was committed (durably), whether or
+  // not the ranks' byes reached this coordinator process: after a crash and
+  // restart at the job's very end they went to the process before.
+  bool data_finished() const;
   // How long no rank has been connected, once some rank was (or the state was
   // resumed from a database or checkpoint: ranks were there before); nullopt otherwise.
   std::optional<std::chrono::steady_clock::duration> all_gone_for() const;

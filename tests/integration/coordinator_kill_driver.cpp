@@ -77,7 +77,10 @@ void kills(const Paths& p, int wanted, std::uint64_t seed, std::uint64_t n) {
                             " times before the job ended (a larger --dataset gives room for more)");
   check(ended && ended->code == 0, "antdt-run finished with exit code 0" +
                                        (ended ? " (got " + std::to_string(ended->code) + ")" : std::string(" (killed)")));
-  const auto last = wait_for(coordinator, std::chrono::seconds(30));
+  // A kill just before the job's end leaves the last coordinator with no rank to
+  // come back: it exits 0 (its database says the job completed) after the grace
+  // period, 60 s, so wait longer than that.
+  const auto last = wait_for(coordinator, std::chrono::seconds(90));
   check(last && last->code == 0, "the last antdt-coordinator exited 0 (the job completed)" +
                                      (last ? " (got " + std::to_string(last->code) + ")" : std::string(" (killed)")));
   const commit_log::CommitLog c = commit_log::read(dir, n);
@@ -91,6 +94,14 @@ void kills(const Paths& p, int wanted, std::uint64_t seed, std::uint64_t n) {
   check(lost == 0, "no sample left uncommitted (" + std::to_string(lost) + " were)");
   const auto total = read_lines(dir + "/total.txt");
   check(total.size() == 1 && total[0].ends_with(" 1"), "every rank ends with the same model");
+  // As after a kill at the job's very end: a coordinator started again on the
+  // finished job's database sees no rank come back (their byes went to the
+  // process before); the data is all committed, so it exits 0 after the grace.
+  const pid_t after_end = start_coordinator(p, port, n, db, 1);
+  const auto ended_again = wait_for(after_end, std::chrono::seconds(30));
+  check(ended_again && ended_again->code == 0,
+        "a coordinator started again on the finished job's database exits 0 after the grace period" +
+            (ended_again ? " (got " + std::to_string(ended_again->code) + ")" : std::string(" (killed)")));
   if (failures == 0) std::filesystem::remove_all(dir);
   else std::printf("logs kept in %s\n", dir.c_str());
 }
