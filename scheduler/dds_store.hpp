@@ -28,9 +28,30 @@ struct SettleRecord {
   bool operator==(const SettleRecord&) const = default;
 };
 
+// A rank lost for good (crashed with no restarts left): a restarted
+// coordinator must not count it as a member of the next communicator
+// generation, nor give it a share of the global batch. `gone` false: it came
+// back after all (a launcher restarted it anyway); the row goes.
+struct LostRank {
+  int rank = 0;
+  std::uint32_t incarnation = 0;   // the incarnation that was lost
+  std::uint64_t generation = 0;    // the generation it was lost in
+  bool gone = true;
+
+  bool operator==(const LostRank&) const = default;
+};
+
+// The coordinator's own rows, written in the same transaction as the DDS's.
+struct CoordinatorRows {
+  std::span<const SettleRecord> settled;
+  std::span<const LostRank> lost;
+  bool empty() const noexcept { return settled.empty() && lost.empty(); }
+};
+
 struct StoredState {
   DdsCheckpoint dds;
   std::vector<SettleRecord> settled;  // one per rank at most
+  std::vector<LostRank> lost;         // the ranks lost for good (gone = true), by rank
 };
 
 class DdsStore {
@@ -43,7 +64,7 @@ class DdsStore {
   // this process (and, with the default synchronous setting, of the machine);
   // when it throws, none of them was written.
   virtual void write(const Dataset& dataset, const DdsOptions& options, const DdsChanges& changes,
-                     std::span<const SettleRecord> settled) = 0;
+                     const CoordinatorRows& rows) = 0;
   // What it is, for messages ("SQLite database /path/to/file").
   virtual std::string describe() const = 0;
 };

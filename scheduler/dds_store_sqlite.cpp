@@ -36,6 +36,8 @@ CREATE TABLE IF NOT EXISTS pieces (lease INTEGER NOT NULL, idx INTEGER NOT NULL,
   first INTEGER NOT NULL, last INTEGER NOT NULL, PRIMARY KEY (lease, idx));
 CREATE TABLE IF NOT EXISTS settled (rank INTEGER PRIMARY KEY, lease INTEGER NOT NULL, is_commit INTEGER NOT NULL,
   ok INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS lost_ranks (rank INTEGER PRIMARY KEY, incarnation INTEGER NOT NULL,
+  generation INTEGER NOT NULL);
 )sql";
 
 std::int64_t s64(std::uint64_t v) noexcept { return static_cast<std::int64_t>(v); }
@@ -108,6 +110,8 @@ class SqliteDdsStore final : public DdsStore {
     put_rank_ = Statement(db_, "INSERT OR REPLACE INTO ranks VALUES (?1, ?2, ?3)", where_);
     put_queue_ = Statement(db_, "INSERT INTO queue VALUES (?1, ?2)", where_);
     put_settled_ = Statement(db_, "INSERT OR REPLACE INTO settled VALUES (?1, ?2, ?3, ?4)", where_);
+    put_lost_ = Statement(db_, "INSERT OR REPLACE INTO lost_ranks VALUES (?1, ?2, ?3)", where_);
+    del_lost_ = Statement(db_, "DELETE FROM lost_ranks WHERE rank = ?1", where_);
     put_job_ = Statement(db_,
                          "INSERT OR REPLACE INTO job VALUES (1, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
                          "?14, ?15, ?16, ?17, ?18, ?19, ?20)",
@@ -118,7 +122,7 @@ class SqliteDdsStore final : public DdsStore {
   ~SqliteDdsStore() override {
     // Statements first: sqlite3_close refuses while any is alive.
     for (Statement* st : {&put_shard_, &del_shard_, &put_lease_, &del_lease_, &put_piece_, &del_pieces_, &put_rank_,
-                          &put_queue_, &put_settled_, &put_job_, &put_file_})
+                          &put_queue_, &put_settled_, &put_lost_, &del_lost_, &put_job_, &put_file_})
       *st = Statement();
     sqlite3_close(db_);
   }
@@ -192,6 +196,11 @@ class SqliteDdsStore final : public DdsStore {
       out.settled.push_back({sqlite3_column_int(st, 0), u64(st, 1), sqlite3_column_int(st, 2) != 0,
                              sqlite3_column_int(st, 3) != 0});
     });
+    each("SELECT rank, incarnation, generation FROM lost_ranks ORDER BY rank", [&](sqlite3_stmt* st) {
+      const std::int64_t r = sqlite3_column_int64(st, 0);
+      if (r < 0 || static_cast<std::size_t>(r) >= ranks) malformed("a lost rank beyond the world size");
+      out.lost.push_back({static_cast<int>(r), static_cast<std::uint32_t>(u64(st, 1)), u64(st, 2), true});
+    });
     // One set of consistency rules for every stored form: the checkpoint
     // reader's (ranges, ownership, accounting), on the text of this state.
     try {
@@ -206,8 +215,8 @@ class SqliteDdsStore final : public DdsStore {
   }
 
   void write(const Dataset& dataset, const DdsOptions& options, const DdsChanges& c,
-             std::span<const SettleRecord> settled) override {
-    if (!c.any && settled.empty()) return;
+             const CoordinatorRows& rows) override {
+    if (!c.any && rows.empty()) return;
     exec("BEGIN IMMEDIATE");
     try {
       const DdsState& s = c.state;
@@ -265,12 +274,21 @@ class SqliteDdsStore final : public DdsStore {
         for (const std::uint64_t v : scalars) sqlite3_bind_int64(st, col++, s64(v));
         run(st);
       }
-      for (const SettleRecord& r : settled) {
+      for (const SettleRecord& r : rows.settled) {
         sqlite3_stmt* st = reset(put_settled_);
         sqlite3_bind_int64(st, 1, r.rank);
         sqlite3_bind_int64(st, 2, s64(r.lease));
         sqlite3_bind_int(st, 3, r.commit ? 1 : 0);
         sqlite3_bind_int(st, 4, r.ok ? 1 : 0);
+        run(st);
+      }
+      for (const LostRank& r : rows.lost) {
+        sqlite3_stmt* st = reset(r.gone ? put_lost_ : del_lost_);
+        sqlite3_bind_int64(st, 1, r.rank);
+        if (r.gone) {
+          sqlite3_bind_int64(st, 2, r.incarnation);
+          sqlite3_bind_int64(st, 3, s64(r.generation));
+        }
         run(st);
       }
       exec("COMMIT");
@@ -365,7 +383,7 @@ class SqliteDdsStore final : public DdsStore {
   std::string path_, where_;
   sqlite3* db_ = nullptr;
   Statement put_shard_, del_shard_, put_lease_, del_lease_, put_piece_, del_pieces_, put_rank_, put_queue_,
-      put_settled_, put_job_, put_file_;
+      put_settled_, put_lost_, del_lost_, put_job_, put_file_;
 };
 
 }  // namespace

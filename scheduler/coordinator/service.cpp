@@ -93,6 +93,7 @@ Coordinator::Coordinator(CoordinatorOptions options)
   if (options_.global_batch == 0) options_.global_batch = 32 * static_cast<std::uint64_t>(options_.world_size);
   if (options_.dataset_size > 0 && !options_.database_path.empty())
     check_writable_path(options_.database_path, "database", kDatabaseVariables);
+  std::vector<sched::LostRank> lost_for_good;
   if (options_.dataset_size > 0) {
     dds_ = std::make_unique<sched::Dds>(sched::Dataset::samples(options_.dataset_size), options_.dds);
     std::optional<sched::StoredState> stored;
@@ -116,6 +117,7 @@ Coordinator::Coordinator(CoordinatorOptions options)
       std::uint64_t returned = 0;
       dds_ = sched::Dds::resume(std::move(stored->dds), &returned);
       for (const auto& r : stored->settled) settled_[r.rank] = r;
+      lost_for_good = std::move(stored->lost);
       resumed_ = true;
       const auto p = dds_->progress();
       ANTDT_INFO("coordinator: resumed the data sharding state from ", store_->describe(), " (epoch ", p.epoch, ", ",
@@ -140,6 +142,19 @@ Coordinator::Coordinator(CoordinatorOptions options)
                                                       split.options);
   }
   members_.resize(static_cast<std::size_t>(options_.world_size));
+  // Ranks an earlier coordinator process declared lost for good stay lost:
+  // not members of the next generation, no share of the global batch.
+  for (const sched::LostRank& r : lost_for_good) {
+    if (r.rank >= options_.world_size) continue;  // load() checked it against the stored world size
+    Member& m = members_[static_cast<std::size_t>(r.rank)];
+    m.gone = true;
+    m.gone_generation = r.generation;
+    m.incarnation = r.incarnation;
+    m.ever_connected = true;  // it said hello to the process before; it never says bye
+    controller_->rank_lost(r.rank, 1);
+    ANTDT_INFO("coordinator: rank ", r.rank, " was lost for good in generation ", r.generation,
+               " (recorded in ", store_->describe(), "): the job goes on without it");
+  }
   idle_since_ = Clock::now();
   // The first write holds everything: a new job, a resumed one with its leases
   // returned, or a checkpoint imported.
@@ -170,10 +185,18 @@ void Coordinator::sync() {
   std::lock_guard lock(mu_);
   if (!store_ || !dds_) return;
   const sched::DdsChanges changes = dds_->take_changes();
-  if (!changes.any && settled_dirty_.empty()) return;
-  store_->write(dds_->dataset(), dds_->options(), changes, settled_dirty_);
+  if (!changes.any && settled_dirty_.empty() && lost_dirty_.empty()) return;
+  store_->write(dds_->dataset(), dds_->options(), changes, sched::CoordinatorRows{settled_dirty_, lost_dirty_});
   settled_dirty_.clear();
+  lost_dirty_.clear();
   ++stats_.database_writes;
+}
+
+void Coordinator::note_lost_locked(int rank, bool gone) {
+  if (!store_) return;
+  const Member& m = members_[static_cast<std::size_t>(rank)];
+  std::erase_if(lost_dirty_, [&](const auto& r) { return r.rank == rank; });
+  lost_dirty_.push_back({rank, m.incarnation, m.gone_generation, gone});
 }
 
 void Coordinator::note_settled_locked(int rank, std::uint64_t lease, bool commit, bool ok) {
@@ -232,6 +255,7 @@ Welcome Coordinator::hello(int rank, std::uint32_t incarnation, std::uint64_t ge
     // was planned yet; or a new process (a launcher restarted it although it
     // had no restarts left by ANTDT_MAX_RESTARTS) rejoins like an unordered restart.
     m.gone = false;
+    note_lost_locked(rank, false);
     controller_->rank_back(rank, highest_frozen_ + 1);
   }
   if (m.ever_connected && incarnation < m.incarnation)
@@ -568,6 +592,7 @@ void Coordinator::lost_locked(int rank, const std::string& why) {
     m.gone = true;
     m.gone_generation = generation_;
     ++stats_.ranks_gone;
+    note_lost_locked(rank, true);
   }
   ANTDT_WARN("coordinator: rank ", rank, " (incarnation ", m.incarnation, ") ", why, "; ", returned,
              " of its samples go back to the queue; ",

@@ -225,9 +225,11 @@ class Coordinator {
   std::unique_ptr<sched::DdsStore> store_;
   std::map<int, sched::SettleRecord> settled_;     // per rank: its latest settle and the answer it got
   std::vector<sched::SettleRecord> settled_dirty_; // not yet in the store
+  std::vector<sched::LostRank> lost_dirty_;        // ranks lost for good (or back) since the last sync
   bool resumed_ = false;
   std::chrono::steady_clock::time_point idle_since_;
   void note_settled_locked(int rank, std::uint64_t lease, bool commit, bool ok);
+  void note_lost_locked(int rank, bool gone);
   std::optional<bool> settled_answer_locked(int rank, std::uint64_t lease, bool commit) const;
 };
 

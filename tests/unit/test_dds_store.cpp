@@ -2,7 +2,8 @@
 // "Durable state"): the rows a Dds reports as changed rebuild exactly its
 // state; a writer SIGKILLed mid-stream loses no acknowledged commit and the
 // job finished from the database serves nothing twice and loses nothing; the
-// coordinator answers a settle sent again after a crash as the first time;
+// coordinator answers a settle sent again after a crash as the first time and
+// keeps the ranks lost for good lost;
 // a second writer on the same database and an unwritable path are refused.
 #include "core/error.hpp"
 #include "scheduler/coordinator/service.hpp"
@@ -40,7 +41,7 @@ class TempDir {
   std::string path_;
 };
 
-void write(DdsStore& store, Dds& dds) { store.write(dds.dataset(), dds.options(), dds.take_changes(), {}); }
+void write(DdsStore& store, Dds& dds) { store.write(dds.dataset(), dds.options(), dds.take_changes(), CoordinatorRows{}); }
 
 std::string stored_text(DdsStore& store) {
   auto stored = store.load();
@@ -267,6 +268,80 @@ TEST(DdsStore, CoordinatorResumesAndAnswersAResentCommit) {
   EXPECT_FALSE(c.commit(1, got[0]));   // not this rank's
   EXPECT_FALSE(c.commit(0, got[2]));   // returned at the restart: served again, not committed
   EXPECT_EQ(c.progress().total_committed, 5u);
+}
+
+// A rank lost for good (no restarts left) stays lost across a kill -9 of the
+// coordinator: the restarted one does not count it as a member of the next
+// generation (the survivors would wait for it until ANTDT_TIMEOUT_MS) and
+// spreads its share of the global batch over the survivors (Σb = B).
+TEST(DdsStore, ARankLostForGoodStaysLostAcrossACoordinatorCrash) {
+  TempDir dir;
+  coord::CoordinatorOptions o;
+  o.world_size = 3;
+  o.dataset_size = 300;
+  o.dds.shard_size = 10;
+  o.dds.epochs = 1;
+  o.global_batch = 30;
+  o.policy = "bsp";
+  o.max_restarts = 0;
+  o.database_path = dir.file("coordinator.db");
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    try {
+      auto* c = new coord::Coordinator(o);  // never destroyed: the process dies as if killed
+      for (int r = 0; r < 3; ++r) c->hello(r, 0, 0);
+      for (int r = 0; r < 3; ++r) c->plan(r, 1);
+      c->lost(1);
+      if (c->plan(0, 2).generation != 1 || c->members(1) != std::vector<std::uint32_t>{0, 2}) ::_exit(4);
+      c->sync();
+    } catch (...) {
+      ::_exit(2);
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+
+  coord::Coordinator c(o);
+  ASSERT_TRUE(c.hello(0, 0, 1, true).accepted);
+  ASSERT_TRUE(c.hello(2, 0, 1, true).accepted);
+  EXPECT_FALSE(c.hello(1, 0, 1, true).accepted) << "the lost process is not let back in";
+  EXPECT_EQ(c.members(1), (std::vector<std::uint32_t>{0, 2}));
+  EXPECT_EQ(c.plan(0, 3).plan.local_batch + c.plan(2, 3).plan.local_batch, 30u);
+  EXPECT_EQ(c.plan(1, 3).plan.local_batch, 0u);
+  // A new incarnation (a launcher restarted it after all) comes back, and that
+  // is recorded too: the next coordinator process counts it as a member again.
+  ASSERT_TRUE(c.hello(1, 1, 1).accepted);
+  c.sync();
+}
+
+TEST(DdsStore, ALostRankThatCameBackIsAMemberAgainAfterACrash) {
+  TempDir dir;
+  coord::CoordinatorOptions o;
+  o.world_size = 2;
+  o.dataset_size = 100;
+  o.dds.shard_size = 10;
+  o.dds.epochs = 1;
+  o.global_batch = 10;
+  o.policy = "bsp";
+  o.database_path = dir.file("coordinator.db");
+  {
+    coord::Coordinator c(o);
+    for (int r = 0; r < 2; ++r) ASSERT_TRUE(c.hello(r, 0, 0).accepted);
+    c.plan(0, 1);
+    c.plan(1, 1);
+    c.lost(1);
+    c.sync();
+    ASSERT_EQ(c.plan(0, 2).generation, 1u);
+    ASSERT_TRUE(c.hello(1, 1, 1).accepted);  // restarted by its launcher after all
+    c.sync();
+  }
+  coord::Coordinator c(o);
+  ASSERT_TRUE(c.hello(0, 0, 1, true).accepted);
+  EXPECT_EQ(c.members(1), (std::vector<std::uint32_t>{0, 1}));
+  EXPECT_EQ(c.plan(1, 3).plan.local_batch, 5u);
 }
 
 TEST(DdsStore, UnwritableDatabaseIsAStartupError) {
