@@ -61,6 +61,10 @@ namespace {
 constexpr std::uint32_t kIdMagic = 0x49544441;  // "ADTI"
 constexpr std::uint16_t kIdVersion = 1;
 constexpr std::size_t kIdPortOffset = 6, kIdSecretOffset = 8, kIdHostOffset = 24, kIdHostBytes = 64;
+// One byte after the host: 1 when the root listened from the id's making on
+// (RootAddress::listening). Ids of version 1 made before it hold 0 there.
+constexpr std::size_t kIdFlagsOffset = kIdHostOffset + kIdHostBytes;
+constexpr std::uint8_t kIdListening = 1;
 
 // Listeners opened by UniqueId::create in this process, by port, so that rank 0
 // in the same process accepts on the socket the id names instead of binding again.
@@ -115,6 +119,7 @@ RootAddress decode_unique_id(const UniqueId& id) {
   if (port == 0) raise<BootstrapError>("unique id holds port 0");
   root.port = port;
   std::memcpy(root.secret.data(), b.data() + kIdSecretOffset, root.secret.size());
+  root.listening = (std::to_integer<std::uint8_t>(b[kIdFlagsOffset]) & kIdListening) != 0;
   return root;
 }
 
@@ -127,6 +132,7 @@ UniqueId encode_unique_id(const RootAddress& addr) {
   std::memcpy(b.data() + kIdPortOffset, &addr.port, 2);
   std::memcpy(b.data() + kIdSecretOffset, addr.secret.data(), addr.secret.size());
   std::memcpy(b.data() + kIdHostOffset, addr.host.data(), addr.host.size());
+  b[kIdFlagsOffset] = std::byte{addr.listening ? kIdListening : std::uint8_t{0}};
   return id;
 }
 
@@ -136,6 +142,7 @@ UniqueId UniqueId::create() {
   net::Endpoint bound;
   net::Fd fd = net::listen_on(root.host, 0, &bound);
   root.port = bound.port;
+  root.listening = true;
   if (RAND_bytes(reinterpret_cast<unsigned char*>(root.secret.data()), static_cast<int>(root.secret.size())) != 1)
     raise<InternalError>("RAND_bytes failed to make a job secret");
   {
@@ -263,7 +270,19 @@ class TcpBootstrap final : public Bootstrap {
   // One attempt. BootstrapError when the connection broke; false with the
   // reason when the root refused the rank or sent something malformed.
   bool handshake(Clock::time_point deadline, std::string* failure) {
-    root_fd_ = net::connect_to(net::Endpoint{root_.host, root_.port}, deadline);
+    // Before the root's listener is known to be open, a refusal only means
+    // rank 0 has not got there yet; once it is (the id says so, or this rank
+    // reached it before), only a root that is gone or gave up refuses: waiting
+    // for the timeout would gain nothing.
+    const bool refusal_is_final = root_.listening || reached_root_;
+    bool refused = false;
+    root_fd_ = net::connect_to(net::Endpoint{root_.host, root_.port}, deadline, refusal_is_final ? &refused : nullptr);
+    if (refused)
+      raise<PeerLostError>("rank ", rank_, ": the bootstrap root (rank 0) at ", root_.host, ":", root_.port,
+                           " refuses connections although it was listening (",
+                           reached_root_ ? "this rank reached it before" : "since the unique id was made",
+                           "): rank 0's process is gone, or it gave up on this communicator");
+    reached_root_ = true;
     std::array<std::byte, wire::kChallengeBytes> raw{};
     net::recv_all(root_fd_.get(), raw, deadline);
     wire::Challenge challenge;
@@ -297,6 +316,7 @@ class TcpBootstrap final : public Bootstrap {
   int rank_, size_;
   std::chrono::milliseconds timeout_;
   net::Fd root_fd_;               // non-root ranks: connection to the root
+  bool reached_root_ = false;     // non-root ranks: a connection to the root was accepted once
   std::vector<net::Fd> peers_;    // root: connection per rank
 };
 

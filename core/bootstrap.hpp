@@ -75,6 +75,10 @@ struct RootAddress {
   std::string host;            // numeric IPv4/IPv6 address
   std::uint16_t port = 0;
   std::array<std::byte, 16> secret{};
+  // The root's listener was opened when the id was made (UniqueId::create, in
+  // rank 0's process) and stays open until every rank joined: a refused
+  // connection then means that process is gone, not that it is still starting.
+  bool listening = false;
 };
 RootAddress decode_unique_id(const UniqueId& id);  // throws BootstrapError on garbage
 UniqueId encode_unique_id(const RootAddress& addr);

@@ -152,7 +152,7 @@ std::string default_host_address() {
   return found;
 }
 
-Fd connect_to(const Endpoint& ep, Clock::time_point deadline) {
+Fd connect_to(const Endpoint& ep, Clock::time_point deadline, bool* refused) {
   socklen_t len = 0;
   sockaddr_storage ss = to_sockaddr(ep, &len);
   auto backoff = std::chrono::milliseconds(5);
@@ -163,6 +163,10 @@ Fd connect_to(const Endpoint& ep, Clock::time_point deadline) {
     if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) == 0) {
       set_common_options(fd.get());
       return fd;
+    }
+    if (refused != nullptr && errno == ECONNREFUSED) {
+      *refused = true;
+      return Fd{};
     }
     last_error = std::strerror(errno);
     std::this_thread::sleep_for(backoff);

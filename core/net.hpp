@@ -45,8 +45,9 @@ Fd listen_on(const std::string& host, std::uint16_t port, Endpoint* bound);
 // The address other hosts should use to reach this one: the first non-loopback
 // IPv4 interface address that is up, else 127.0.0.1.
 std::string default_host_address();
-// Connects, retrying refused connections until the deadline.
-Fd connect_to(const Endpoint& ep, Clock::time_point deadline);
+// Connects, retrying refused connections until the deadline. With `refused`,
+// a refused connection is not tried again: an invalid Fd and *refused = true.
+Fd connect_to(const Endpoint& ep, Clock::time_point deadline, bool* refused = nullptr);
 // Accepts one connection; an invalid Fd when the deadline passed.
 Fd accept_until(int listen_fd, Clock::time_point deadline, std::string* peer);
 

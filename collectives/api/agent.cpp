@@ -50,6 +50,7 @@ Communicator& AgentImpl::communicator() {
     rebuild_to_.reset();
   }
   fresh_communicator_ = false;
+  if (creation_failure_) raise<PeerLostError>(*creation_failure_, " (the next step moves to a new generation)");
   ANTDT_CHECK_ARG(comm_.has_value(), "agent of rank ", rank_, ": no communicator");
   return comm_->comm;
 }
@@ -250,8 +251,19 @@ void AgentImpl::report_comm_failure() {
   client_->comm_failed(generation_, step_, std::move(lost));
 }
 
+void AgentImpl::give_up_generation(std::uint64_t generation, std::vector<std::uint32_t> members, std::string why) {
+  ANTDT_WARN("agent: communicator generation ", generation, " cannot form: ", why);
+  members_ = std::move(members);
+  generation_ = generation;
+  client_->set_generation(generation);
+  failure_reported_ = generation;
+  client_->comm_failed(generation, step_, {members_.front()});
+  creation_failure_ = std::move(why);
+}
+
 void AgentImpl::join_generation(std::uint64_t generation) {
   comm_.reset();
+  creation_failure_.reset();
   UniqueId id;
   std::vector<std::uint32_t> members;
   int index = -1;
@@ -274,6 +286,13 @@ void AgentImpl::join_generation(std::uint64_t generation) {
         id = got.id;
         break;
       }
+      if (got.abandoned) {
+        give_up_generation(generation, std::move(members),
+                           cat("rank ", rank_, ": rank ", members.front(),
+                               ", which was to make the id of communicator generation ", generation,
+                               ", was lost first"));
+        return;
+      }
     }
     if (Clock::now() >= deadline)
       raise<TimeoutError>("agent of rank ", rank_, ": no id for communicator generation ", generation,
@@ -283,7 +302,13 @@ void AgentImpl::join_generation(std::uint64_t generation) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   const int size = static_cast<int>(members.size());
-  comm_.emplace(antdtComm{Communicator::create(id, index, size, CommOptions{cfg_.transport})});
+  try {
+    comm_.emplace(antdtComm{Communicator::create(id, index, size, CommOptions{cfg_.transport})});
+  } catch (const PeerLostError& e) {
+    // The member that made the id (its bootstrap root) died while this rank joined.
+    give_up_generation(generation, std::move(members), e.what());
+    return;
+  }
   members_ = std::move(members);
   generation_ = generation;
   client_->set_generation(generation);

@@ -70,6 +70,12 @@ class AgentImpl {
   // fetch it. The communicator has one rank per member (fewer than the job
   // once a rank is lost for good), in the coordinator's order.
   void join_generation(std::uint64_t generation);
+  // The generation can never form: its first member (the bootstrap root) was
+  // lost. Tells the coordinator, which moves the job to the next generation
+  // (without that rank, or with its next incarnation); until the next plan
+  // says so there is no communicator, and communicator() raises PeerLostError
+  // with `why`, as a failed collective would.
+  void give_up_generation(std::uint64_t generation, std::vector<std::uint32_t> members, std::string why);
   // After a collective threw on this rank's communicator: tells the
   // coordinator (once per generation) which peers the transport knows are gone.
   void report_comm_failure();
@@ -87,6 +93,9 @@ class AgentImpl {
   bool exit_ordered_ = false;
   std::vector<std::uint32_t> members_;   // job ranks of the communicator's ranks (empty: every rank, in order)
   std::optional<std::uint64_t> failure_reported_;  // the generation whose failed communicator was reported
+  // Set when the current generation's communicator could not be made because
+  // its first member (the bootstrap root) is gone; cleared by the next join.
+  std::optional<std::string> creation_failure_;
   // Declaration order is destruction order reversed: the client says bye (in
   // close()) before the embedded service stops, and the communicator goes last.
   std::optional<antdtComm> comm_;  // an antdtComm, so that the C API can hand out a handle to it

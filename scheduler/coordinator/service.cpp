@@ -543,6 +543,8 @@ GenerationId Coordinator::join(int rank, std::uint64_t generation) {
   if (auto it = generation_ids_.find(generation); it != generation_ids_.end()) {
     out.ready = true;
     out.id = it->second;
+  } else {
+    out.abandoned = abandoned_.count(generation) > 0;
   }
   return out;
 }
@@ -583,6 +585,14 @@ void Coordinator::lost_locked(int rank, const std::string& why) {
   // generation at the next step nobody has planned, with the rank's next
   // incarnation while it has restarts left, else without it.
   rebuild_pending_ = true;
+  // It was to make the current generation's id and had not: that generation
+  // never forms (its other members learn it from join) — even if the rank's
+  // next incarnation comes back, it joins the next generation.
+  if (generation_ids_.count(generation_) == 0) {
+    const auto in = members_locked(generation_);
+    if (!in.empty() && in.front() == static_cast<std::uint32_t>(rank) && generation_members_.count(generation_) > 0)
+      abandoned_.insert(generation_);
+  }
   m.restart_at.reset();
   const bool back = static_cast<long long>(m.incarnation) < options_.max_restarts;
   m.awaiting_restart = back;

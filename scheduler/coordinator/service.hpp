@@ -35,6 +35,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -215,6 +216,7 @@ class Coordinator {
   std::map<std::uint64_t, std::uint64_t> generation_start_;  // generation -> its first step
   std::map<std::uint64_t, UniqueId> generation_ids_;          // offered by the generation's first member
   std::map<std::uint64_t, std::vector<std::uint32_t>> generation_members_;  // generations after the first
+  std::set<std::uint64_t> abandoned_;  // generations whose first member was lost before it offered the id
   bool rebuild_pending_ = false;                              // an unordered restart needs a new generation
   std::map<std::uint64_t, int> lease_owner_;                  // leases issued by this process
   std::map<std::uint64_t, std::vector<telemetry::StepRecord>> records_;  // per step, until it closes

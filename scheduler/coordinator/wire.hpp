@@ -29,7 +29,7 @@ namespace antdt::sched::coord {
 using Bytes = std::vector<std::byte>;
 
 inline constexpr std::uint32_t kMagic = 0x43544441;  // "ADTC"
-inline constexpr std::uint16_t kVersion = 2;  // 2: communicator failures, generation members
+inline constexpr std::uint16_t kVersion = 3;  // 2: communicator failures, generation members; 3: abandoned generations
 inline constexpr std::size_t kNonceBytes = 16;
 inline constexpr std::size_t kMacBytes = 32;
 inline constexpr std::size_t kMaxTextBytes = 1024;
@@ -138,6 +138,9 @@ struct GenerationId {
   // offers the id); empty while the generation is not planned yet. Ranks lost
   // for good are not members: the communicator is smaller than the job.
   std::vector<std::uint32_t> members;
+  // The first member was lost before it offered the id: the generation can
+  // never form; the joiners report it and move on to the next one.
+  bool abandoned = false;
 };
 struct Ack {
   bool ok = true;                // commit / give_back: the lease was open

@@ -3,12 +3,15 @@
 #include "core/bootstrap.hpp"
 #include "core/bootstrap_admission.hpp"
 #include "core/bootstrap_wire.hpp"
+#include "core/error.hpp"
 #include "core/net.hpp"
 
 #include <gtest/gtest.h>
 
 #include <random>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <thread>
 
 namespace antdt {
@@ -422,6 +425,61 @@ TEST(InprocBootstrapTest, GathersAcrossGenerations) {
     });
   for (auto& t : threads) t.join();
   for (int r = 0; r < n; ++r) EXPECT_EQ(bad[r], 0);
+}
+
+// Rank 0 killed after it made the unique id (its listener open since then):
+// the other ranks learn it from the refused connection at once, instead of
+// trying to connect until the timeout (issue 16: a dead rank 0 during a
+// communicator's creation cost every other rank ANTDT_TIMEOUT_MS).
+TEST(TcpBootstrap, ARootGoneAfterMakingTheIdIsAPeerLostErrorAtOnce) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const UniqueId made = UniqueId::create();  // rank 0's process: listens from here on
+    const bool ok = ::write(fds[1], made.bytes.data(), made.bytes.size()) == static_cast<ssize_t>(made.bytes.size());
+    ::_exit(ok ? 0 : 3);  // and dies before it creates its communicator
+  }
+  ::close(fds[1]);
+  UniqueId id;
+  ASSERT_EQ(::read(fds[0], id.bytes.data(), id.bytes.size()), static_cast<ssize_t>(id.bytes.size()));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(decode_unique_id(id).listening);
+  const auto start = Clock::now();
+  try {
+    auto boot = make_tcp_bootstrap(id, 1, 2, std::chrono::milliseconds(20000));
+    FAIL() << "joined a root that is gone";
+  } catch (const PeerLostError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
+  // An id whose root binds only when its communicator is created (ANTDT_ROOT)
+  // does not say it listens: a refusal there is still retried.
+  EXPECT_FALSE(decode_unique_id(loopback_id()).listening);
+}
+
+// A root that accepted this rank's connection and then died (listener and
+// connection closed mid-handshake): once reached, a refusal is final too.
+TEST(TcpBootstrap, ARootThatWasReachedAndThenDiedIsAPeerLostError) {
+  const UniqueId id = loopback_id();
+  const RootAddress root = decode_unique_id(id);
+  std::thread fake_root([&] {
+    net::Fd listener = net::listen_on(root.host, root.port, nullptr);
+    std::string peer;
+    net::Fd conn = net::accept_until(listener.get(), Clock::now() + std::chrono::seconds(10), &peer);
+  });  // both closed here: the process "died"
+  const auto start = Clock::now();
+  try {
+    auto boot = make_tcp_bootstrap(id, 1, 2, std::chrono::milliseconds(20000));
+    FAIL() << "joined a root that is gone";
+  } catch (const PeerLostError& e) {
+    EXPECT_NE(std::string(e.what()).find("reached it before"), std::string::npos) << e.what();
+  }
+  fake_root.join();
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
 }
 
 }  // namespace

@@ -132,6 +132,11 @@ TEST(CoordinatorWire, RepliesRoundTrip) {
   EXPECT_EQ(g.generation, 6u);
   EXPECT_EQ(g.id.bytes, id_of(3).bytes);
   EXPECT_EQ(g.members, (std::vector<std::uint32_t>{0, 1, 3}));
+  EXPECT_FALSE(g.abandoned);
+  const GenerationId a = decode_generation_id(encode(GenerationId{false, 7, {}, {2, 3}, true}));
+  EXPECT_FALSE(a.ready);
+  EXPECT_TRUE(a.abandoned);
+  EXPECT_EQ(a.members, (std::vector<std::uint32_t>{2, 3}));
   EXPECT_FALSE(decode_ack(encode(Ack{false})).ok);
   EXPECT_TRUE(decode_ack(encode(Ack{true})).ok);
 }

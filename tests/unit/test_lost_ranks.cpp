@@ -316,6 +316,38 @@ TEST(LostRanks, OnlyTheGenerationsFirstMemberOffersItsId) {
   EXPECT_EQ(got.members, (std::vector<std::uint32_t>{1, 2}));
 }
 
+// The first member of a new generation dies before it offered the id: the
+// others, waiting in join, learn that the generation can never form (instead
+// of waiting for the id until ANTDT_TIMEOUT_MS); its next incarnation joins
+// the generation after, which every survivor's next plan starts.
+TEST(LostRanks, AGenerationWhoseFirstMemberDiedBeforeItsIdIsAbandoned) {
+  Coordinator c(options_for(3, 0, 3, 1));
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(c.hello(r, 0, 0).accepted);
+  for (int r = 0; r < 3; ++r) c.plan(r, 1);
+  c.lost(2);
+  ASSERT_EQ(c.plan(0, 2).generation, 1u);
+  EXPECT_EQ(c.members(1), (std::vector<std::uint32_t>{0, 1, 2}));
+  EXPECT_FALSE(c.join(1, 1).abandoned);
+  c.lost(0);  // rank 0, the generation's first member, dies before offer_id
+  const GenerationId got = c.join(1, 1);
+  EXPECT_FALSE(got.ready);
+  EXPECT_TRUE(got.abandoned);
+  EXPECT_TRUE(c.comm_failed(1, 1, 2, {0}).empty());  // known already
+  const Welcome back = c.hello(0, 1, 0);
+  ASSERT_TRUE(back.accepted);
+  EXPECT_EQ(back.generation, 2u) << "not the abandoned generation";
+  EXPECT_TRUE(c.join(0, 1).abandoned) << "abandoned for good, even with rank 0 back";
+  EXPECT_EQ(c.plan(1, 3).generation, 2u);
+  EXPECT_EQ(c.members(2), (std::vector<std::uint32_t>{0, 1, 2}));
+  EXPECT_FALSE(c.join(1, 2).abandoned);
+  // A first member lost after it offered the id abandons nothing: the others
+  // hold the id and learn it from its bootstrap (PeerLostError).
+  c.offer_id(0, 2, UniqueId{});
+  c.lost(0);
+  EXPECT_TRUE(c.join(1, 2).ready);
+  EXPECT_FALSE(c.join(1, 2).abandoned);
+}
+
 TEST(LostRanks, WireCarriesFailuresAndMembers) {
   const CommFailed sent{7, 42, {1, 3}};
   const Request back = decode_request(encode(Request{sent}));
