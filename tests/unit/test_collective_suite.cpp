@@ -5,6 +5,7 @@
 // place, against independent references (reference.hpp); mismatched calls of
 // each kind, bad arguments, and the algorithm choice.
 #include "collectives/api/make_communicator.hpp"
+#include "collective_checks.hpp"
 #include "comm_fixture.hpp"
 #include "reference.hpp"
 
@@ -110,28 +111,11 @@ TEST_P(CollectiveSuite, RecursiveDoublingGivesEveryRankTheSameBits) {
 // ---------------------------------------------------------------------------
 TEST_P(CollectiveSuite, ReduceScatterEveryDtypeOpCountAndPlacement) {
   const int n = ranks();
-  const auto un = static_cast<std::size_t>(n);
   auto outcomes = run_ranks(n, kind(), [&](Communicator& comm) {
-    const auto r = static_cast<std::size_t>(comm.rank());
     for (DataType t : kAllTypes) {
-      const std::size_t es = dtype_size(t);
       for (ReduceOp op : kAllOps) {
         for (std::size_t count : kCounts) {
-          for (bool in_place : {false, true}) {
-            // Element j of block b is element b*count + j of the whole input.
-            std::vector<std::byte> send(un * count * es + 1), recv(count * es + 1, std::byte{0x5a});
-            for (std::size_t i = 0; i < un * count; ++i) store(t, send.data(), i, input(t, op, comm.rank(), i));
-            const std::vector<std::byte> original = send;
-            std::byte* out = in_place ? send.data() + r * count * es : recv.data();
-            comm.reduce_scatter(send.data(), out, count, t, op);
-            const std::string what = where("reduce_scatter", t, op, count, in_place);
-            for (std::size_t j = 0; j < count; ++j)
-              expect_element(what, j, load(t, out, j), expected(t, op, n, r * count + j), t, op);
-            if (!in_place) {
-              if (send != original) throw std::runtime_error(what + ": the send buffer changed");
-              if (recv[count * es] != std::byte{0x5a}) throw std::runtime_error(what + ": wrote past the end");
-            }
-          }
+          for (bool in_place : {false, true}) check_reduce_scatter(comm, t, op, count, in_place);
         }
       }
     }
@@ -176,28 +160,10 @@ TEST_P(CollectiveSuite, ReduceToEveryRootTreeAndChain) {
 
 TEST_P(CollectiveSuite, AllgatherEveryDtypeCountAndPlacement) {
   const int n = ranks();
-  const auto un = static_cast<std::size_t>(n);
   auto outcomes = run_ranks(n, kind(), [&](Communicator& comm) {
-    const auto r = static_cast<std::size_t>(comm.rank());
     for (DataType t : kAllTypes) {
-      const std::size_t es = dtype_size(t);
       for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1003}, std::size_t{3001}}) {
-        for (bool in_place : {false, true}) {
-          std::vector<std::byte> send(count * es), recv(un * count * es + 1, std::byte{0x5a});
-          for (std::size_t i = 0; i < count; ++i) store(t, send.data(), i, tag_value(t, r, 0, i));
-          const std::byte* from = send.data();
-          if (in_place) {
-            if (count > 0) std::memcpy(recv.data() + r * count * es, send.data(), count * es);
-            from = recv.data() + r * count * es;
-          }
-          comm.allgather(from, recv.data(), count, t);
-          const std::string what = where("allgather", t, ReduceOp::sum, count, in_place);
-          for (std::size_t b = 0; b < un; ++b)
-            for (std::size_t i = 0; i < count; ++i)
-              expect_element(cat(what, " block ", b), i, load(t, recv.data(), b * count + i), tag_value(t, b, 0, i), t,
-                             ReduceOp::sum);
-          if (recv[un * count * es] != std::byte{0x5a}) throw std::runtime_error(what + ": wrote past the end");
-        }
+        for (bool in_place : {false, true}) check_allgather(comm, t, count, in_place);
       }
     }
   });

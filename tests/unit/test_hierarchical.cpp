@@ -11,6 +11,7 @@
 // an error on every rank, timeouts and aborts bounded; a partial step whose
 // contributors are a uniform subset of the nodes.
 #include "collectives/api/make_communicator.hpp"
+#include "collective_checks.hpp"
 #include "comm_fixture.hpp"
 #include "reference.hpp"
 #include "test_environment.hpp"
@@ -99,29 +100,12 @@ const std::size_t kVectorCounts[] = {0, 1, 3, 7, 1003, 5001};  // whole vectors:
 // Against the references: every dtype, op, count, placement
 // ---------------------------------------------------------------------------
 TEST_P(Hierarchical, ReduceScatterEveryDtypeOpCountAndPlacement) {
-  const int n = ranks();
-  const auto un = static_cast<std::size_t>(n);
   expect_all_ok(run_on_nodes(layout(), kind(), AllreduceAlgo::hierarchical, [&](Communicator& comm) {
-    const auto r = static_cast<std::size_t>(comm.rank());
     for (DataType t : kAllTypes) {
-      const std::size_t es = dtype_size(t);
       for (ReduceOp op : kAllOps) {
         for (std::size_t count : kBlockCounts) {
           expect_selected(comm, Kind::reduce_scatter, count, t, Algo::hierarchical);
-          for (bool in_place : {false, true}) {
-            std::vector<std::byte> send(un * count * es + 1), recv(count * es + 1, std::byte{0x5a});
-            for (std::size_t i = 0; i < un * count; ++i) store(t, send.data(), i, input(t, op, comm.rank(), i));
-            const std::vector<std::byte> original = send;
-            std::byte* out = in_place ? send.data() + r * count * es : recv.data();
-            comm.reduce_scatter(send.data(), out, count, t, op);
-            const std::string what = where("reduce_scatter", t, op, count, in_place);
-            for (std::size_t j = 0; j < count; ++j)
-              expect_element(what, j, load(t, out, j), expected(t, op, n, r * count + j), t, op);
-            if (!in_place) {
-              if (send != original) throw std::runtime_error(what + ": the send buffer changed");
-              if (recv[count * es] != std::byte{0x5a}) throw std::runtime_error(what + ": wrote past the end");
-            }
-          }
+          for (bool in_place : {false, true}) check_reduce_scatter(comm, t, op, count, in_place);
         }
       }
     }
@@ -129,26 +113,11 @@ TEST_P(Hierarchical, ReduceScatterEveryDtypeOpCountAndPlacement) {
 }
 
 TEST_P(Hierarchical, AllgatherEveryDtypeCountAndPlacement) {
-  const int n = ranks();
-  const auto un = static_cast<std::size_t>(n);
   expect_all_ok(run_on_nodes(layout(), kind(), AllreduceAlgo::hierarchical, [&](Communicator& comm) {
-    const auto r = static_cast<std::size_t>(comm.rank());
     for (DataType t : kAllTypes) {
-      const std::size_t es = dtype_size(t);
       for (std::size_t count : kBlockCounts) {
         expect_selected(comm, Kind::allgather, count, t, Algo::hierarchical);
-        for (bool in_place : {false, true}) {
-          std::vector<std::byte> mine(count * es), recv(un * count * es + 1, std::byte{0x5a});
-          for (std::size_t i = 0; i < count; ++i) store(t, mine.data(), i, tag_value(t, r, 0, i));
-          if (in_place && count > 0) std::memcpy(recv.data() + r * count * es, mine.data(), count * es);
-          comm.allgather(in_place ? recv.data() + r * count * es : mine.data(), recv.data(), count, t);
-          const std::string what = where("allgather", t, ReduceOp::sum, count, in_place);
-          for (std::size_t b = 0; b < un; ++b)
-            for (std::size_t i = 0; i < count; ++i)
-              if (load(t, recv.data(), b * count + i) != tag_value(t, b, 0, i))
-                throw std::runtime_error(cat(what, ": block ", b, " element ", i, " is wrong"));
-          if (recv[un * count * es] != std::byte{0x5a}) throw std::runtime_error(what + ": wrote past the end");
-        }
+        for (bool in_place : {false, true}) check_allgather(comm, t, count, in_place);
       }
     }
   }));
