@@ -27,7 +27,8 @@ bool passthrough_mode() {
 #define NCCL_FN(ret, name, params, args)                                                          \
   extern "C" __attribute__((visibility("default"))) ret nccl##name params {                       \
     if (antdt_nccl::passthrough_mode())                                                           \
-      return antdt_nccl::passthrough::forward("nccl" #name, antdt_nccl::passthrough::real().name  \
+      return antdt_nccl::passthrough::forward(antdt_nccl::passthrough::Fn::name,                  \
+                                              antdt_nccl::passthrough::real().name                \
                                               NCCL_COMMA_ARGS args);                              \
     return antdt_nccl::native::name args;                                                         \
   }                                                                                               \

@@ -5,10 +5,11 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -25,7 +26,7 @@ struct Stats {
   double gpu_us = 0;
 };
 struct PendingEvents {
-  const char* name;
+  Fn fn;
   void* begin;
   void* end;
   ncclComm_t step_of = nullptr;  // an AllReduce that ends a Monitor step of this communicator
@@ -33,7 +34,7 @@ struct PendingEvents {
 
 struct Accounting {
   std::mutex mu;
-  std::map<std::string, Stats> stats;
+  std::array<Stats, kFnCount> stats{};
   std::vector<PendingEvents> pending;  // recorded, not yet known to be complete
 
   // Reads the events that completed (cudaEventQuery: never waits).
@@ -46,7 +47,7 @@ struct Accounting {
       }
       float ms = 0;
       if (cuda.EventElapsedTime(&ms, p.begin, p.end) == 0) {
-        Stats& s = stats[p.name];
+        Stats& s = stats[static_cast<std::size_t>(p.fn)];
         ++s.gpu_timed;
         s.gpu_us += ms * 1000.0;
       }
@@ -61,13 +62,17 @@ struct Accounting {
   }
 
   ~Accounting() {
-    if (stats.empty() || std::getenv("ANTDT_NCCL_QUIET") != nullptr) return;
+    const bool any = std::any_of(stats.begin(), stats.end(), [](const Stats& s) { return s.calls > 0; });
+    if (!any || std::getenv("ANTDT_NCCL_QUIET") != nullptr) return;
     std::fprintf(stderr, "libantdt_nccl passthrough (%s): per forwarded function\n", library_name().c_str());
-    for (const auto& [name, s] : stats)
-      std::fprintf(stderr, "  %-24s calls %8llu  cpu %10.1f us  gpu %s\n", name.c_str(),
+    for (std::size_t f = 0; f < kFnCount; ++f) {
+      const Stats& s = stats[f];
+      if (s.calls == 0) continue;
+      std::fprintf(stderr, "  %-24s calls %8llu  cpu %10.1f us  gpu %s\n", fn_name(static_cast<Fn>(f)),
                    static_cast<unsigned long long>(s.calls), s.cpu_us,
                    s.gpu_timed == 0 ? "not timed (no CUDA device)"
                                     : (std::to_string(s.gpu_us) + " us over " + std::to_string(s.gpu_timed) + " calls").c_str());
+    }
   }
   static std::string library_name() {
     const char* path = std::getenv("ANTDT_NCCL_LIBRARY");
@@ -118,8 +123,18 @@ const Table& real() {
   return table;
 }
 
-ncclResult_t missing(const char* name) {
-  std::fprintf(stderr, "libantdt_nccl passthrough: %s is not in the real NCCL library\n", name);
+const char* fn_name(Fn f) noexcept {
+  static constexpr const char* kNames[] = {
+#define NCCL_FN(ret, name, params, args) "nccl" #name,
+#include "nccl_functions.def"
+#undef NCCL_FN
+  };
+  const auto i = static_cast<std::size_t>(f);
+  return i < kFnCount ? kNames[i] : "(not an NCCL function)";
+}
+
+ncclResult_t missing(Fn fn) {
+  std::fprintf(stderr, "libantdt_nccl passthrough: %s is not in the real NCCL library\n", fn_name(fn));
   return ncclInvalidUsage;
 }
 
@@ -152,22 +167,22 @@ int& group_depth() {
   return depth;
 }
 
-void end_call(const char* name, const CallTiming& t, ncclComm_t comm) {
+void end_call(Fn fn, const CallTiming& t, ncclComm_t comm) {
   const auto end_time = std::chrono::steady_clock::now();
   const double cpu_us = std::chrono::duration<double, std::micro>(end_time - t.start).count();
-  if (std::strcmp(name, "ncclGroupStart") == 0) ++group_depth();
-  if (std::strcmp(name, "ncclGroupEnd") == 0 && group_depth() > 0) --group_depth();
-  const bool step = comm != nullptr && group_depth() == 0 && std::strcmp(name, "ncclAllReduce") == 0;
+  if (fn == Fn::GroupStart) ++group_depth();
+  if (fn == Fn::GroupEnd && group_depth() > 0) --group_depth();
+  const bool step = comm != nullptr && group_depth() == 0 && fn == Fn::AllReduce;
   Accounting& a = accounting();
   const CudaRuntime& cuda = cuda_runtime();
   std::lock_guard lock(a.mu);
-  Stats& s = a.stats[name];
+  Stats& s = a.stats[static_cast<std::size_t>(fn)];
   ++s.calls;
   s.cpu_us += cpu_us;
   if (t.begin_event != nullptr) {
     void* end = nullptr;
     if (cuda.EventCreate(&end) == 0 && cuda.EventRecord(end, t.stream) == 0)
-      a.pending.push_back({name, t.begin_event, end, step ? comm : nullptr});
+      a.pending.push_back({fn, t.begin_event, end, step ? comm : nullptr});
     else
       cuda.EventDestroy(t.begin_event);
     a.harvest(cuda);

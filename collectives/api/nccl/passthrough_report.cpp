@@ -92,12 +92,12 @@ void report(ncclComm_t comm) {
 
 }  // namespace
 
-void before_teardown(const char* name, ncclComm_t comm) {
+void before_teardown(Fn fn, ncclComm_t comm) {
   static std::mutex mu;
   static std::set<ncclComm_t> finalized;
-  const bool finalize = std::strcmp(name, "ncclCommFinalize") == 0;
-  const bool destroy = std::strcmp(name, "ncclCommDestroy") == 0;
-  const bool abort = std::strcmp(name, "ncclCommAbort") == 0;
+  const bool finalize = fn == Fn::CommFinalize;
+  const bool destroy = fn == Fn::CommDestroy;
+  const bool abort = fn == Fn::CommAbort;
   if (!finalize && !destroy && !abort) return;
   {
     std::lock_guard lock(mu);
