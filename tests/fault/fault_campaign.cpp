@@ -34,12 +34,7 @@ using namespace agent_test;
 
 namespace {
 
-const std::string kSecret = "00112233445566778899aabbccddeeff";
 constexpr int kWorld = 4;
-
-struct Paths {
-  std::string run, coordinator, trainer;
-};
 
 struct Settings {
   int faults = 10;
@@ -48,13 +43,6 @@ struct Settings {
   int max_stop_s = 10;
   std::uint64_t dataset = 12000;  // ~1.5 s of training: faults land mid-job
 };
-
-bool exited(pid_t pid, int* code) {
-  int status = 0;
-  if (::waitpid(pid, &status, WNOHANG) != pid) return false;
-  *code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return true;
-}
 
 // The pid of `rank` among antdt-run's children (read from /proc: children of
 // every thread, ANTDT_RANK of each child's environment); -1 when not found.

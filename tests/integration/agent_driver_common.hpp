@@ -1,6 +1,7 @@
-// Process helpers shared by the agent drivers (agent_restart_driver.cpp,
-// agent_launcher_driver.cpp): start a program, wait for it with a deadline,
-// check whether a pid is gone, free ports, temporary directories.
+// Process helpers shared by the agent drivers (agent_*_driver.cpp,
+// coordinator_kill_driver.cpp, tests/fault/fault_campaign.cpp): start a
+// program, wait for it with a deadline, check whether a pid is gone, free
+// ports, temporary directories; the job secret and the programs they start.
 #pragma once
 
 #include "child_process.hpp"
@@ -33,6 +34,23 @@ namespace agent_test {
 using child_process::free_port;
 
 using Clock = std::chrono::steady_clock;
+
+// The job secret every driver gives its coordinator and ranks (ANTDT_SECRET).
+inline const std::string kSecret = "00112233445566778899aabbccddeeff";
+
+// The programs a driver starts: antdt-run, antdt-coordinator, the trainer.
+struct Paths {
+  std::string run, coordinator, trainer;
+};
+
+// Reaps `pid` if it has ended: true with its exit code (128 + signal for a
+// signal), false while it runs. Never waits.
+inline bool exited(pid_t pid, int* code) {
+  int status = 0;
+  if (::waitpid(pid, &status, WNOHANG) != pid) return false;
+  *code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return true;
+}
 
 inline int failures = 0;
 

@@ -38,7 +38,6 @@ constexpr std::uint64_t kDataset = 3000;
 constexpr std::uint32_t kEpochs = 2;
 constexpr std::uint64_t kGlobalBatch = 40;
 constexpr int kWorld = 4;
-const std::string kSecret = "00112233445566778899aabbccddeeff";
 int victim_rank = 2;
 
 using Logs = commit_log::CommitLog;

@@ -23,11 +23,6 @@ using namespace agent_test;
 namespace {
 
 constexpr auto kJobLimit = std::chrono::seconds(150);
-const std::string kSecret = "00112233445566778899aabbccddeeff";
-
-struct Paths {
-  std::string run, coordinator, trainer;
-};
 
 struct LogSummary : commit_log::CommitLog {
   std::size_t commit_lines(const std::string& file) const {

@@ -19,12 +19,7 @@ using namespace agent_test;
 
 namespace {
 
-const std::string kSecret = "00112233445566778899aabbccddeeff";
 constexpr int kWorld = 4;
-
-struct Paths {
-  std::string run, coordinator, trainer;
-};
 
 pid_t start_coordinator(const Paths& p, int port, std::uint64_t n, const std::string& db, double grace_s) {
   return spawn({p.coordinator, "--listen", "127.0.0.1:" + std::to_string(port), "-n", std::to_string(kWorld),
@@ -37,13 +32,6 @@ pid_t start_job(const Paths& p, int port, std::uint64_t n, const std::string& di
   return spawn({p.run, "-n", std::to_string(kWorld), "--", p.trainer, "train", "--out", dir, "--dataset",
                 std::to_string(n), "--global-batch", "40", "--shard-size", "40", "--step-ms", "2"},
                {"ANTDT_TIMEOUT_MS=30000", "ANTDT_SECRET=" + kSecret, "ANTDT_COORDINATOR=127.0.0.1:" + std::to_string(port)});
-}
-
-bool exited(pid_t pid, int* code) {
-  int status = 0;
-  if (::waitpid(pid, &status, WNOHANG) != pid) return false;
-  *code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return true;
 }
 
 void kills(const Paths& p, int wanted, std::uint64_t seed, std::uint64_t n) {
