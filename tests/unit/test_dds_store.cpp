@@ -219,16 +219,23 @@ TEST(DdsStore, NotADatabaseIsAConfigError) {
 // without any cleanup (_exit: no destructor, like kill -9); the next one on
 // the same database has the commit, gives the open lease back, and answers
 // the resent commit as the first time.
-TEST(DdsStore, CoordinatorResumesAndAnswersAResentCommit) {
-  TempDir dir;
+// A bsp job of `world` ranks over `samples` samples in shards of 10, one
+// epoch, `world * 5` samples per step, its state in `database`.
+coord::CoordinatorOptions job_with_database(int world, std::uint64_t samples, const std::string& database) {
   coord::CoordinatorOptions o;
-  o.world_size = 2;
-  o.dataset_size = 100;
+  o.world_size = world;
+  o.dataset_size = samples;
   o.dds.shard_size = 10;
   o.dds.epochs = 1;
-  o.global_batch = 10;
+  o.global_batch = 5 * static_cast<std::uint64_t>(world);
   o.policy = "bsp";
-  o.database_path = dir.file("coordinator.db");
+  o.database_path = database;
+  return o;
+}
+
+TEST(DdsStore, CoordinatorResumesAndAnswersAResentCommit) {
+  TempDir dir;
+  const coord::CoordinatorOptions o = job_with_database(2, 100, dir.file("coordinator.db"));
   int fds[2];
   ASSERT_EQ(::pipe(fds), 0);
   const pid_t child = ::fork();
@@ -276,15 +283,9 @@ TEST(DdsStore, CoordinatorResumesAndAnswersAResentCommit) {
 // spreads its share of the global batch over the survivors (Σb = B).
 TEST(DdsStore, ARankLostForGoodStaysLostAcrossACoordinatorCrash) {
   TempDir dir;
-  coord::CoordinatorOptions o;
-  o.world_size = 3;
-  o.dataset_size = 300;
-  o.dds.shard_size = 10;
-  o.dds.epochs = 1;
+  coord::CoordinatorOptions o = job_with_database(3, 300, dir.file("coordinator.db"));
   o.global_batch = 30;
-  o.policy = "bsp";
   o.max_restarts = 0;
-  o.database_path = dir.file("coordinator.db");
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
@@ -319,14 +320,7 @@ TEST(DdsStore, ARankLostForGoodStaysLostAcrossACoordinatorCrash) {
 
 TEST(DdsStore, ALostRankThatCameBackIsAMemberAgainAfterACrash) {
   TempDir dir;
-  coord::CoordinatorOptions o;
-  o.world_size = 2;
-  o.dataset_size = 100;
-  o.dds.shard_size = 10;
-  o.dds.epochs = 1;
-  o.global_batch = 10;
-  o.policy = "bsp";
-  o.database_path = dir.file("coordinator.db");
+  const coord::CoordinatorOptions o = job_with_database(2, 100, dir.file("coordinator.db"));
   {
     coord::Coordinator c(o);
     for (int r = 0; r < 2; ++r) ASSERT_TRUE(c.hello(r, 0, 0).accepted);
