@@ -136,11 +136,13 @@ UniqueId encode_unique_id(const RootAddress& addr) {
   return id;
 }
 
-UniqueId UniqueId::create() {
+UniqueId UniqueId::create() { return make_listening_id(net::default_host_address(), 0); }
+
+UniqueId make_listening_id(const std::string& host, std::uint16_t port) {
   RootAddress root;
-  root.host = net::default_host_address();
+  root.host = host;
   net::Endpoint bound;
-  net::Fd fd = net::listen_on(root.host, 0, &bound);
+  net::Fd fd = net::listen_on(root.host, port, &bound);
   root.port = bound.port;
   root.listening = true;
   if (RAND_bytes(reinterpret_cast<unsigned char*>(root.secret.data()), static_cast<int>(root.secret.size())) != 1)
@@ -178,8 +180,9 @@ using net::Clock;
 
 class TcpBootstrap final : public Bootstrap {
  public:
-  TcpBootstrap(const RootAddress& root, int rank, int size, std::chrono::milliseconds timeout)
-      : root_(root), rank_(rank), size_(size), timeout_(timeout) {
+  TcpBootstrap(const RootAddress& root, int rank, int size, std::chrono::milliseconds timeout,
+               std::function<void()> still_wanted)
+      : root_(root), rank_(rank), size_(size), timeout_(timeout), still_wanted_(std::move(still_wanted)) {
     if (size_ == 1) return;
     if (rank_ == 0)
       accept_ranks();
@@ -243,7 +246,7 @@ class TcpBootstrap final : public Bootstrap {
   void accept_ranks() {
     net::Fd listener = take_or_bind_listener(root_);
     peers_ = admit_ranks(listener.get(), root_.secret, size_, Clock::now() + timeout_, timeout_,
-                         AdmissionLimits::for_size(size_));
+                         AdmissionLimits::for_size(size_), still_wanted_);
   }
 
   // A connection the root closes before its verdict (it dropped the oldest of
@@ -318,15 +321,16 @@ class TcpBootstrap final : public Bootstrap {
   net::Fd root_fd_;               // non-root ranks: connection to the root
   bool reached_root_ = false;     // non-root ranks: a connection to the root was accepted once
   std::vector<net::Fd> peers_;    // root: connection per rank
+  std::function<void()> still_wanted_;  // root: asked while ranks are missing (admit_ranks)
 };
 
 }  // namespace
 
 std::unique_ptr<Bootstrap> make_tcp_bootstrap(const UniqueId& id, int rank, int size,
-                                              std::chrono::milliseconds timeout) {
+                                              std::chrono::milliseconds timeout, std::function<void()> still_wanted) {
   ANTDT_CHECK_ARG(size >= 1, "communicator size must be >= 1, got ", size);
   ANTDT_CHECK_ARG(rank >= 0 && rank < size, "rank ", rank, " is out of range [0, ", size, ")");
-  return std::make_unique<TcpBootstrap>(decode_unique_id(id), rank, size, timeout);
+  return std::make_unique<TcpBootstrap>(decode_unique_id(id), rank, size, timeout, std::move(still_wanted));
 }
 
 }  // namespace antdt

@@ -12,6 +12,7 @@
 #include "core/net.hpp"
 
 #include <chrono>
+#include <functional>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -81,9 +82,15 @@ struct RootAddress {
   bool listening = false;
 };
 RootAddress decode_unique_id(const UniqueId& id);  // throws BootstrapError on garbage
+// An id with a fresh secret whose root listens at host:port (port 0: any) from
+// now on, in this process: what UniqueId::create does on this host's address.
+// The process that makes it must be the communicator's rank 0.
+UniqueId make_listening_id(const std::string& host, std::uint16_t port);
 UniqueId encode_unique_id(const RootAddress& addr);
 
+// `still_wanted` (rank 0 only): see admit_ranks.
 std::unique_ptr<Bootstrap> make_tcp_bootstrap(const UniqueId& id, int rank, int size,
-                                              std::chrono::milliseconds timeout);
+                                              std::chrono::milliseconds timeout,
+                                              std::function<void()> still_wanted = {});
 
 }  // namespace antdt

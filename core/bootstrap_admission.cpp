@@ -65,8 +65,9 @@ struct Handshake {
 class Admission {
  public:
   Admission(int listener, std::span<const std::byte> secret, int size, Clock::time_point deadline,
-            std::chrono::milliseconds timeout, const AdmissionLimits& limits)
+            std::chrono::milliseconds timeout, const AdmissionLimits& limits, const std::function<void()>& still_wanted)
       : listener_(listener), secret_(secret), size_(size), deadline_(deadline), timeout_(timeout), limits_(limits),
+        still_wanted_(still_wanted),
         peers_(static_cast<std::size_t>(size)), claimed_(static_cast<std::size_t>(size), false) {
     net::set_nonblocking(listener_);
   }
@@ -77,6 +78,10 @@ class Admission {
     while (joined_ < size_ - 1) {
       const auto now = Clock::now();
       if (now >= deadline_) raise_timeout();
+      if (still_wanted_ && now >= next_check_) {
+        still_wanted_();
+        next_check_ = now + kCheckInterval;
+      }
       fds.clear();
       polled.clear();
       const bool listening = now >= listener_paused_until_;
@@ -90,7 +95,8 @@ class Admission {
         wake_at = std::min(wake_at, h->deadline);
       }
       const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(wake_at - now).count();
-      const int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<long long>(wait + 1, 0, 1000)));
+      const long long cap = still_wanted_ ? kCheckInterval.count() : 1000;
+      const int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<long long>(wait + 1, 0, cap)));
       if (rc < 0 && errno != EINTR) raise<BootstrapError>("bootstrap root: poll failed: ", std::strerror(errno));
       if (rc > 0) {
         const std::size_t first = listening ? 1 : 0;
@@ -268,21 +274,24 @@ class Admission {
   Clock::time_point deadline_;
   std::chrono::milliseconds timeout_;
   AdmissionLimits limits_;
+  const std::function<void()>& still_wanted_;
   std::vector<net::Fd> peers_;
   std::vector<bool> claimed_;
   int joined_ = 0;
   std::vector<std::unique_ptr<Handshake>> pending_;  // in accept order: the oldest first
   Clock::time_point listener_paused_until_{};
   DropLog log_{"bootstrap root"};
+  static constexpr std::chrono::milliseconds kCheckInterval{200};
+  Clock::time_point next_check_{};
 };
 
 }  // namespace
 
 std::vector<net::Fd> admit_ranks(int listener, std::span<const std::byte> secret, int size,
                                  net::Clock::time_point deadline, std::chrono::milliseconds timeout,
-                                 const AdmissionLimits& limits) {
+                                 const AdmissionLimits& limits, const std::function<void()>& still_wanted) {
   ANTDT_CHECK_ARG(limits.max_pending >= 1, "bootstrap root: the cap on handshakes in progress must be >= 1");
-  return Admission(listener, secret, size, deadline, timeout, limits).run();
+  return Admission(listener, secret, size, deadline, timeout, limits, still_wanted).run();
 }
 
 }  // namespace antdt

@@ -12,6 +12,7 @@
 #include "core/net.hpp"
 
 #include <chrono>
+#include <functional>
 #include <cstddef>
 #include <span>
 #include <vector>
@@ -46,8 +47,11 @@ struct AdmissionLimits {
 // verdict; returns their connections, index = rank (index 0 empty). Refused
 // and dropped connections are logged and closed. TimeoutError naming the
 // missing ranks at `deadline` (`timeout` is only for the message).
+// `still_wanted`, when given, is called about every 200 ms while ranks are
+// missing; it throws to give the communicator up (its generation was
+// abandoned: a member died before it connected).
 std::vector<net::Fd> admit_ranks(int listener, std::span<const std::byte> secret, int size,
                                  net::Clock::time_point deadline, std::chrono::milliseconds timeout,
-                                 const AdmissionLimits& limits);
+                                 const AdmissionLimits& limits, const std::function<void()>& still_wanted = {});
 
 }  // namespace antdt

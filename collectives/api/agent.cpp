@@ -3,8 +3,11 @@
 // that forwards to them.
 #include "collectives/api/agent_impl.hpp"
 
+#include "collectives/api/communicator_factory.hpp"
+
 #include "collectives/communicator.hpp"
 #include "collectives/telemetry/step_timing.hpp"
+#include "core/bootstrap.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 
@@ -187,6 +190,22 @@ void AgentImpl::connect(const net::Endpoint& address, std::span<const std::byte>
 }
 
 void AgentImpl::start_fresh() {
+  if (!cfg_.coordinator.empty() && !cfg_.coordinator_embedded && cfg_.rank && cfg_.world_size) {
+    // An antdt-coordinator apart (antdt-run with ANTDT_COORDINATOR): the first
+    // communicator is a generation like the later ones, made through it. Then
+    // a rank 0 that dies while the others join it is seen at once (an
+    // abandoned generation, or a root that refuses after its id said it
+    // listens) instead of looking like a slow start until ANTDT_TIMEOUT_MS.
+    // Rank 0 listens at ANTDT_ROOT when it is set (the port the launcher chose).
+    rank_ = *cfg_.rank;
+    size_ = *cfg_.world_size;
+    log::set_process_rank(rank_);
+    connect(net::parse_endpoint(cfg_.coordinator), sched::coord::job_secret(cfg_));
+    std::optional<net::Endpoint> root;
+    if (!cfg_.root.empty()) root = net::parse_endpoint(cfg_.root);
+    join_generation(client_->welcome().generation, root);
+    return;
+  }
   comm_.emplace(antdtComm{Communicator::from_env()});
   rank_ = comm_->comm.rank();
   size_ = comm_->comm.size();
@@ -234,7 +253,11 @@ void AgentImpl::rejoin() {
   ANTDT_INFO("agent: rank ", rank_, " incarnation ", incarnation_, " rejoins generation ", welcome.generation,
              " at step ", step_ + 1);
   join_generation(welcome.generation);
-  fresh_communicator_ = true;
+  // Its first plan is a rebuild (re-sync the model) like the other members'
+  // — unless it joined generation 0: its previous incarnation died before it
+  // reached the coordinator and before any step, so the others start from
+  // nothing on that generation too, without a rebuild.
+  fresh_communicator_ = welcome.generation > 0;
 }
 
 void AgentImpl::report_comm_failure() {
@@ -257,11 +280,14 @@ void AgentImpl::give_up_generation(std::uint64_t generation, std::vector<std::ui
   generation_ = generation;
   client_->set_generation(generation);
   failure_reported_ = generation;
-  client_->comm_failed(generation, step_, {members_.front()});
+  // No rank named: which member died is not known here (a root that refuses
+  // may also have given up on a member it waited for); the coordinator saw
+  // the dead one's connection close.
+  client_->comm_failed(generation, step_, {});
   creation_failure_ = std::move(why);
 }
 
-void AgentImpl::join_generation(std::uint64_t generation) {
+void AgentImpl::join_generation(std::uint64_t generation, const std::optional<net::Endpoint>& root) {
   comm_.reset();
   creation_failure_.reset();
   UniqueId id;
@@ -277,21 +303,20 @@ void AgentImpl::join_generation(std::uint64_t generation) {
                                " (the coordinator counts this rank as lost)");
       index = static_cast<int>(it - got.members.begin());
       members = std::move(got.members);
+      if (got.abandoned) {
+        give_up_generation(generation, std::move(members),
+                           cat("rank ", rank_, ": a member of communicator generation ", generation,
+                               " was lost before the generation formed"));
+        return;
+      }
       if (index == 0) {
-        id = UniqueId::create();
+        id = root ? make_listening_id(root->host, root->port) : UniqueId::create();
         client_->offer_id(generation, id);
         break;
       }
       if (got.ready) {
         id = got.id;
         break;
-      }
-      if (got.abandoned) {
-        give_up_generation(generation, std::move(members),
-                           cat("rank ", rank_, ": rank ", members.front(),
-                               ", which was to make the id of communicator generation ", generation,
-                               ", was lost first"));
-        return;
       }
     }
     if (Clock::now() >= deadline)
@@ -302,10 +327,27 @@ void AgentImpl::join_generation(std::uint64_t generation) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   const int size = static_cast<int>(members.size());
+  // The root asks the coordinator while members are missing from its
+  // bootstrap: one that died before it connected abandons the generation.
+  auto still_wanted = [&] {
+    if (client_->join(generation).abandoned)
+      raise<PeerLostError>("rank ", rank_, ": a member of communicator generation ", generation,
+                           " was lost while the others joined its bootstrap");
+  };
   try {
-    comm_.emplace(antdtComm{Communicator::create(id, index, size, CommOptions{cfg_.transport})});
+    comm_.emplace(antdtComm{api::communicator_from_unique_id(id, index, size, CommOptions{cfg_.transport},
+                                                             index == 0 ? std::function<void()>(still_wanted)
+                                                                        : std::function<void()>())});
   } catch (const PeerLostError& e) {
-    // The member that made the id (its bootstrap root) died while this rank joined.
+    // A member died while the generation formed: its bootstrap root (this
+    // rank's connection was refused), or one the root was waiting for.
+    give_up_generation(generation, std::move(members), e.what());
+    return;
+  } catch (const BootstrapError& e) {
+    // A bootstrap connection broke mid-exchange: a member died after it
+    // joined. Given up only when the coordinator knows of a loss; otherwise
+    // (a real bootstrap problem) it is this rank's error, as before.
+    if (!client_->join(generation).abandoned) throw;
     give_up_generation(generation, std::move(members), e.what());
     return;
   }

@@ -69,9 +69,11 @@ class AgentImpl {
   // makes the new UniqueId and offers it through the coordinator; the others
   // fetch it. The communicator has one rank per member (fewer than the job
   // once a rank is lost for good), in the coordinator's order.
-  void join_generation(std::uint64_t generation);
-  // The generation can never form: its first member (the bootstrap root) was
-  // lost. Tells the coordinator, which moves the job to the next generation
+  // `root`: where the first member's bootstrap root listens (default: any
+  // port of this host's address).
+  void join_generation(std::uint64_t generation, const std::optional<net::Endpoint>& root = std::nullopt);
+  // The generation can never form: a member was lost while it formed (the
+  // bootstrap root, or one the root waited for). Tells the coordinator, which moves the job to the next generation
   // (without that rank, or with its next incarnation); until the next plan
   // says so there is no communicator, and communicator() raises PeerLostError
   // with `why`, as a failed collective would.

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sys/stat.h>
 #include <thread>
@@ -129,7 +130,7 @@ control::Endpoints control_from(std::vector<net::Fd> links, int rank) {
 }
 
 Communicator create_with(const UniqueId& id, int rank, int size, const Config& cfg, std::string_view how,
-                         int local_rank = -1, int local_size = -1) {
+                         int local_rank = -1, int local_size = -1, std::function<void()> still_wanted = {}) {
   ANTDT_CHECK_ARG(size >= 1, "communicator size must be >= 1, got ", size);
   ANTDT_CHECK_ARG(rank >= 0 && rank < size, "rank ", rank, " is out of range [0, ", size, ")");
   log::set_process_rank(rank);
@@ -147,7 +148,7 @@ Communicator create_with(const UniqueId& id, int rank, int size, const Config& c
     auto t = with_faults(transport::make_inproc_transport(group->fabric, rank, cfg));
     return detail::make_communicator(std::move(t), comm_id_from(id), cfg, group->take_control(rank));
   }
-  auto boot = make_tcp_bootstrap(id, rank, size, cfg.timeout);
+  auto boot = make_tcp_bootstrap(id, rank, size, cfg.timeout, std::move(still_wanted));
   auto t = with_faults(transport::make_ucx_transport(*boot, cfg));
   const auto rank_nodes = exchange_rank_nodes(*boot, cfg);
   return detail::make_communicator(std::move(t), comm_id_from(id), cfg, control_from(boot->take_links(), rank),
@@ -212,12 +213,13 @@ UniqueId read_published_id(const std::string& path, std::chrono::milliseconds ti
 
 }  // namespace
 
-Communicator communicator_from_unique_id(const UniqueId& id, int rank, int size, const CommOptions& opts) {
+Communicator communicator_from_unique_id(const UniqueId& id, int rank, int size, const CommOptions& opts,
+                                        std::function<void()> still_wanted) {
   Config cfg = config();
   ANTDT_CHECK_ARG(opts.transport == "ucx" || opts.transport == "inproc", "unknown transport '", opts.transport,
                   "' (expected ucx or inproc)");
   cfg.transport = opts.transport;
-  return create_with(id, rank, size, cfg, "unique id");
+  return create_with(id, rank, size, cfg, "unique id", -1, -1, std::move(still_wanted));
 }
 
 Communicator communicator_from_env() {

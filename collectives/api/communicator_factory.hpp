@@ -8,12 +8,17 @@
 // detail::make_communicator (collectives/api/make_communicator.hpp).
 #pragma once
 
+#include <functional>
+
 #include <antdt/comm.hpp>
 
 namespace antdt::api {
 
 // InvalidArgument for a bad rank, size or transport name.
-Communicator communicator_from_unique_id(const UniqueId& id, int rank, int size, const CommOptions& opts);
+// `still_wanted` (rank 0, TCP bootstrap only): asked while ranks are missing;
+// throws to give the communicator up (core/bootstrap_admission.hpp).
+Communicator communicator_from_unique_id(const UniqueId& id, int rank, int size, const CommOptions& opts,
+                                        std::function<void()> still_wanted = {});
 // ConfigError when the environment names an incomplete job.
 Communicator communicator_from_env();
 

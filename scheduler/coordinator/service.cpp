@@ -378,6 +378,8 @@ void Coordinator::report(int rank, const Report& r) {
   Member& m = member(rank);
   if (r.fate == Fate::dropped) ++stats_.dropped_reports;
   m.dropped_last = r.fate == Fate::dropped;
+  // A step reported on the rank's generation: its communicator was made.
+  formed_ = std::max(formed_.value_or(0), m.generation);
   if (r.step >= next_close_) {
     telemetry::StepRecord rec;
     rec.rank = rank;
@@ -538,14 +540,18 @@ GenerationId Coordinator::join(int rank, std::uint64_t generation) {
   Member& m = member(rank);
   GenerationId out;
   out.generation = generation;
+  // A rank waits for the generation a loss made due (a restarted rank, or
+  // one whose last generation was abandoned): plan the next step now, which
+  // starts it, instead of waiting for a plan request that may never come
+  // (every member restarted: they all wait here).
+  if (generation == generation_ + 1 && rebuild_pending_) frozen_locked(highest_frozen_ + 1);
   out.members = members_locked(generation);
   m.generation = std::max(m.generation, generation);
   if (auto it = generation_ids_.find(generation); it != generation_ids_.end()) {
     out.ready = true;
     out.id = it->second;
-  } else {
-    out.abandoned = abandoned_.count(generation) > 0;
   }
+  out.abandoned = abandoned_.count(generation) > 0;
   return out;
 }
 
@@ -585,14 +591,11 @@ void Coordinator::lost_locked(int rank, const std::string& why) {
   // generation at the next step nobody has planned, with the rank's next
   // incarnation while it has restarts left, else without it.
   rebuild_pending_ = true;
-  // It was to make the current generation's id and had not: that generation
-  // never forms (its other members learn it from join) — even if the rank's
-  // next incarnation comes back, it joins the next generation.
-  if (generation_ids_.count(generation_) == 0) {
-    const auto in = members_locked(generation_);
-    if (!in.empty() && in.front() == static_cast<std::uint32_t>(rank) && generation_members_.count(generation_) > 0)
-      abandoned_.insert(generation_);
-  }
+  // Lost while the current generation formed (no member reported a step on
+  // it yet): that generation never forms — its bootstrap needs every member.
+  // The members still joining learn it from join; the rank's next incarnation
+  // joins the next generation.
+  if (!formed_ || *formed_ < generation_) abandoned_.insert(generation_);
   m.restart_at.reset();
   const bool back = static_cast<long long>(m.incarnation) < options_.max_restarts;
   m.awaiting_restart = back;

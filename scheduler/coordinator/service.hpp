@@ -216,7 +216,8 @@ class Coordinator {
   std::map<std::uint64_t, std::uint64_t> generation_start_;  // generation -> its first step
   std::map<std::uint64_t, UniqueId> generation_ids_;          // offered by the generation's first member
   std::map<std::uint64_t, std::vector<std::uint32_t>> generation_members_;  // generations after the first
-  std::set<std::uint64_t> abandoned_;  // generations whose first member was lost before it offered the id
+  std::set<std::uint64_t> abandoned_;  // generations a member was lost from before they formed
+  std::optional<std::uint64_t> formed_;  // the newest generation a rank reported a step on
   bool rebuild_pending_ = false;                              // an unordered restart needs a new generation
   std::map<std::uint64_t, int> lease_owner_;                  // leases issued by this process
   std::map<std::uint64_t, std::vector<telemetry::StepRecord>> records_;  // per step, until it closes

@@ -193,8 +193,8 @@ Bytes encode(const BatchReply& m) {
 
 Bytes encode(const GenerationId& m) {
   Writer w(Kind::generation_id);
-  // One state byte: 0 waiting for the id, 1 ready, 2 abandoned.
-  w.put(static_cast<std::uint8_t>(m.ready ? 1 : m.abandoned ? 2 : 0));
+  w.put(static_cast<std::uint8_t>(m.ready));
+  w.put(static_cast<std::uint8_t>(m.abandoned));
   w.put(m.generation);
   w.bytes(m.id.bytes);
   w.put(static_cast<std::uint32_t>(m.members.size()));
@@ -377,10 +377,8 @@ GenerationId decode_generation_id(std::span<const std::byte> bytes) {
   throw_if_error(bytes);
   Reader r(bytes, Kind::generation_id, "generation id");
   GenerationId m;
-  const auto state = r.get<std::uint8_t>();
-  if (state > 2) raise<BootstrapError>("malformed coordinator generation id: state byte ", int{state});
-  m.ready = state == 1;
-  m.abandoned = state == 2;
+  m.ready = r.flag();
+  m.abandoned = r.flag();
   m.generation = r.get<std::uint64_t>();
   r.bytes(m.id.bytes);
   const auto count = r.get<std::uint32_t>();

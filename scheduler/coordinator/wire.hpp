@@ -138,8 +138,9 @@ struct GenerationId {
   // offers the id); empty while the generation is not planned yet. Ranks lost
   // for good are not members: the communicator is smaller than the job.
   std::vector<std::uint32_t> members;
-  // The first member was lost before it offered the id: the generation can
-  // never form; the joiners report it and move on to the next one.
+  // A member was lost before the generation formed (before it offered the
+  // id, or while the others joined its bootstrap): it never forms; the
+  // joiners report it and move on to the next one.
   bool abandoned = false;
 };
 struct Ack {

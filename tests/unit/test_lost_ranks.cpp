@@ -188,7 +188,9 @@ TEST(LostRanks, ARestartedRankBeforeTheNextGenerationIsPlannedJoinsIt) {
   ASSERT_TRUE(w.accepted);
   EXPECT_EQ(w.generation, 1u);
   EXPECT_EQ(w.resume_step, 2u);
-  EXPECT_TRUE(c.join(1, 1).members.empty());  // not planned yet
+  // Its join plans the next step, which starts the generation: it need not
+  // wait for a survivor's plan request (when every member restarted, none comes).
+  EXPECT_EQ(c.join(1, 1).members, (std::vector<std::uint32_t>{0, 1}));
   EXPECT_EQ(c.plan(0, 2).generation, 1u);
   EXPECT_EQ(c.plan(1, 2).generation, 1u);
   EXPECT_EQ(c.members(1), (std::vector<std::uint32_t>{0, 1}));
@@ -340,12 +342,19 @@ TEST(LostRanks, AGenerationWhoseFirstMemberDiedBeforeItsIdIsAbandoned) {
   EXPECT_EQ(c.plan(1, 3).generation, 2u);
   EXPECT_EQ(c.members(2), (std::vector<std::uint32_t>{0, 1, 2}));
   EXPECT_FALSE(c.join(1, 2).abandoned);
-  // A first member lost after it offered the id abandons nothing: the others
-  // hold the id and learn it from its bootstrap (PeerLostError).
+  // Once a member reported a step on the generation, it formed: a loss then
+  // abandons nothing (the survivors' collectives fail and they move on).
   c.offer_id(0, 2, UniqueId{});
-  c.lost(0);
   EXPECT_TRUE(c.join(1, 2).ready);
+  c.report(1, Report{3, 0.01, 0, 0, 0, Fate::included});
+  c.lost(0);
   EXPECT_FALSE(c.join(1, 2).abandoned);
+  // Any member lost before then abandons it, not only the one that makes the id.
+  EXPECT_EQ(c.plan(1, 4).generation, 3u);
+  EXPECT_EQ(c.members(3), (std::vector<std::uint32_t>{1, 2}));
+  ASSERT_TRUE(c.hello(2, 1, 1).accepted);
+  c.lost(2);
+  EXPECT_TRUE(c.join(1, 3).abandoned);
 }
 
 TEST(LostRanks, WireCarriesFailuresAndMembers) {
