@@ -49,6 +49,8 @@ const char* kind_name(Kind k) {
     case Kind::partial_catchup: return "partial_allreduce catch-up";
     case Kind::push: return "push";
     case Kind::pull: return "pull";
+    case Kind::partial_deposit: return "partial_allreduce deposit";
+    case Kind::partial_ahead: return "partial_allreduce push ahead";
   }
   return "?";
 }
@@ -169,7 +171,8 @@ Call::~Call() {
   // The Monitor's view of this rank's step: time inside collectives. Partial
   // collectives report their own split (waiting for the arbiter vs moving data).
   // timed_: the step timing was started when the call began, and stays.
-  if (timed_ && sig_.kind != Kind::partial && sig_.kind != Kind::partial_catchup) {
+  if (timed_ && sig_.kind != Kind::partial && sig_.kind != Kind::partial_catchup &&
+      sig_.kind != Kind::partial_deposit && sig_.kind != Kind::partial_ahead) {
     comm_.started_step_timing()->record_collective(
         0.0, std::chrono::duration<double>(transport::Clock::now() - started_).count());
   }

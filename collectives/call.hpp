@@ -21,6 +21,7 @@ namespace antdt::coll {
 enum class Kind : std::uint8_t {
   allreduce = 1, broadcast = 2, barrier = 3, reduce_scatter = 4, allgather = 5, allgatherv = 6, reduce = 7,
   alltoall = 8, point_to_point = 9, partial = 10, partial_catchup = 11, push = 12, pull = 13,
+  partial_deposit = 14, partial_ahead = 15,  // stale-synchronous defer (collectives/partial/async_sends.hpp)
 };
 enum class Algo : std::uint8_t {
   none = 0, ring = 1, chain = 2, binomial_tree = 3, dissemination = 4, recursive_doubling = 5, pairwise = 6,

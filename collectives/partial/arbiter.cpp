@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 namespace antdt::coll::partial {
 namespace {
@@ -96,6 +97,26 @@ bool contributed(const Decision& d, int rank) {
 }
 
 }  // namespace
+
+std::vector<StragglerClass> Arbiter::classes() const {
+  std::vector<StragglerClass> out;
+  out.reserve(ranks_.size());
+  for (int r = 0; r < cfg_.ranks; ++r)
+    out.push_back(ranks_[static_cast<std::size_t>(r)].lost ? StragglerClass::lost : monitor_.classify(r));
+  return out;
+}
+
+void Arbiter::record_compute(const Arrival& a) {
+  if (a.compute_s <= 0) return;
+  telemetry::StepRecord rec;
+  rec.rank = a.rank;
+  rec.step = a.step;
+  rec.compute_s = a.compute_s;
+  rec.transfer_s = a.transfer_s;
+  rec.step_s = a.compute_s + a.transfer_s;
+  rec.samples = a.samples;
+  monitor_.record(rec);
+}
 
 void Arbiter::record_decision(const Decision& d) {
   recent_[d.step] = d;
@@ -213,9 +234,7 @@ void Arbiter::resolve(std::uint64_t step, Clock::time_point now, std::vector<Out
     again.catchups.clear();
   }
   if (again.server < 0 && !retried.empty()) again.server = retried.front();
-  again.classes.reserve(ranks_.size());
-  for (int r = 0; r < cfg_.ranks; ++r)
-    again.classes.push_back(ranks_[static_cast<std::size_t>(r)].lost ? StragglerClass::lost : monitor_.classify(r));
+  again.classes = classes();
   ANTDT_WARN("partial collectives: step ", step, " runs again among ", again.contributors.size(),
              " contributor(s): ", describe(lost), " was lost during it");
   record_decision(again);
@@ -276,6 +295,7 @@ void Arbiter::on_arrival(const Arrival& a, Clock::time_point now, std::vector<Ou
                                        " results are kept (ANTDT_RESULT_CACHE): reload the model and rejoin")}});
     return;
   }
+  if (stale_synchronous_ && lateness > 0 && answer_late(a, now, out)) return;
   s.based_on = a.step;
   s.last_arrival = a.step;
   s.weight = a.weight;
@@ -286,19 +306,77 @@ void Arbiter::on_arrival(const Arrival& a, Clock::time_point now, std::vector<Ou
   else
     s.role = Role::catch_up;
   finish_stragglers_if_run_over();
-  if (a.compute_s > 0) {
-    telemetry::StepRecord rec;
-    rec.rank = a.rank;
-    rec.step = a.step;
-    rec.compute_s = a.compute_s;
-    rec.transfer_s = a.transfer_s;
-    rec.step_s = a.compute_s + a.transfer_s;
-    rec.samples = a.samples;
-    monitor_.record(rec);
-  }
+  record_compute(a);
   maybe_close(now, out);
   maybe_finish(out);
   if (!resolving_.empty()) resolve_all(now, out);  // it completed the steps up to a.holds
+}
+
+int Arbiter::choose_depositary(int late, int besides) const {
+  // Present at the open step: the deposit lands in it. Else the rank that
+  // arrived for the latest step (it computes the open one): it lands when that
+  // rank arrives, and the bound holds the steps for it meanwhile. Among equals,
+  // the one holding the fewest deposits (its receives are on the step's path).
+  int best = -1;
+  auto key = [&](int r) {
+    const auto& s = ranks_[static_cast<std::size_t>(r)];
+    return std::make_tuple(s.role == Role::on_time ? 1 : 0, s.last_arrival,
+                           -static_cast<std::int64_t>(s.held.size()));
+  };
+  for (int r = 0; r < cfg_.ranks; ++r) {
+    const auto& s = ranks_[static_cast<std::size_t>(r)];
+    if (r == late || r == besides || s.lost || s.finished || s.weight <= 0) continue;
+    if (s.role != Role::on_time && s.role != Role::absent) continue;
+    if (best < 0 || key(r) > key(best)) best = r;
+  }
+  return best;
+}
+
+bool Arbiter::contributes(int rank) const {
+  if (rank < 0) return false;
+  const auto role = ranks_[static_cast<std::size_t>(rank)].role;
+  return role == Role::on_time || role == Role::deferred;
+}
+
+bool Arbiter::deposit_lands(const Deposit& d, bool holder_contributes) {
+  auto it = deposits_.find({d.from, d.step});
+  ANTDT_ASSERT(it != deposits_.end());
+  const bool lands = holder_contributes && !it->second.landed;
+  it->second.landed |= lands;
+  if (--it->second.pending == 0) deposits_.erase(it);
+  return lands;
+}
+
+bool Arbiter::answer_late(const Arrival& a, Clock::time_point now, std::vector<Out>& out) {
+  auto& s = ranks_[static_cast<std::size_t>(a.rank)];
+  Late late;
+  late.step = a.step;
+  if (a.weight > 0) {
+    late.depositary = choose_depositary(a.rank);
+    if (late.depositary < 0) return false;  // every other rank finished: the run's end handles it
+    // A depositary that is not at the open step yet may be late for it (a
+    // spike): a second rank holds the deposit too, and whichever contributes
+    // first adds it, so the bound rarely has to hold a step for one rank.
+    if (!contributes(late.depositary)) late.backup = choose_depositary(a.rank, late.depositary);
+    auto& state = deposits_[{a.rank, a.step}];
+    for (int holder : {late.depositary, late.backup}) {
+      if (holder < 0) continue;
+      state.holders[static_cast<std::size_t>(state.pending++)] = holder;
+      ranks_[static_cast<std::size_t>(holder)].held.push_back(Deposit{holder, a.rank, a.step, a.weight, false});
+    }
+  }
+  s.based_on = a.step;
+  s.last_arrival = a.step;
+  s.weight = a.weight;
+  record_compute(a);
+  late.fetches = std::move(s.ahead);
+  s.ahead.clear();
+  late.classes = classes();
+  auto& o = out.emplace_back();
+  o.rank = a.rank;
+  o.message.emplace<Late>(std::move(late));
+  maybe_close(now, out);  // its arrival may be what the bound waited for
+  return true;
 }
 
 void Arbiter::finish_stragglers_if_run_over() {
@@ -337,7 +415,12 @@ void Arbiter::maybe_close(Clock::time_point now, std::vector<Out>& out) {
     if (!done(s)) {
       all_done = false;
       const auto cls = monitor_.classify(r);
-      if (cls != StragglerClass::deterministic && cls != StragglerClass::persistent) missing_all_slow = false;
+      // Stale-synchronous: a rank whose last arrival is older than the step
+      // before the open one still computes an earlier step; it cannot be on
+      // time for this one, and waiting the grace for it is waste.
+      const bool behind = stale_synchronous_ && s.last_arrival + 1 < open_step_;
+      if (cls != StragglerClass::deterministic && cls != StragglerClass::persistent && !behind)
+        missing_all_slow = false;
     }
   }
   if (!any_arrived) return;
@@ -373,8 +456,18 @@ bool Arbiter::bound_holds_back() const {
   // deferred only while o-l <= staleness (and its missed results are kept
   // while o-l < result_cache).
   const std::uint64_t bound = std::min<std::uint64_t>(staleness_, cfg_.result_cache - 1);
-  for (const auto& s : ranks_)
-    if (!s.lost && !s.finished && s.role == Role::absent && open_step_ - s.last_arrival > bound) return true;
+  for (const auto& s : ranks_) {
+    if (s.lost || s.finished) continue;
+    if (s.role == Role::absent && open_step_ - s.last_arrival > bound) return true;
+    // A deposit neither of whose holders contributes to this step lands in a
+    // later one, at the earliest open_step_ + 1.
+    for (const auto& d : s.held) {
+      if (open_step_ + 1 - d.step <= staleness_) continue;
+      const auto it = deposits_.find({d.from, d.step});
+      if (it == deposits_.end() || it->second.landed) continue;
+      if (!contributes(it->second.holders[0]) && !contributes(it->second.holders[1])) return true;
+    }
+  }
   return false;
 }
 
@@ -406,19 +499,40 @@ void Arbiter::close_step(std::vector<Out>& out) {
   int pick = static_cast<int>(open_step_ % static_cast<std::uint64_t>(servers));
   for (int r = 0; r < cfg_.ranks && d.server < 0; ++r)
     if (may_serve(ranks_[static_cast<std::size_t>(r)]) && pick-- == 0) d.server = r;
+  // Stale-synchronous: contributors add the deposits they hold (a present rank
+  // that does not contribute drops its own), present ranks receive what was
+  // pushed ahead to them, and absent ranks get this result pushed ahead.
+  for (int r = 0; r < cfg_.ranks; ++r) {
+    auto& s = ranks_[static_cast<std::size_t>(r)];
+    if (s.role == Role::absent) {
+      if (stale_synchronous_ && !s.lost && !s.finished) {
+        d.ahead.push_back(r);
+        s.ahead.push_back(Fetch{r, open_step_, d.server});
+      }
+      continue;
+    }
+    // (A holder that arrived with weight 0 does not contribute: the other
+    // holder may still land the deposit; with no other, it is lost.)
+    for (auto dep : s.held) {
+      dep.drop = !deposit_lands(dep, contributes(r));
+      d.deposits.push_back(dep);
+    }
+    s.held.clear();
+    d.fetches.insert(d.fetches.end(), s.ahead.begin(), s.ahead.end());
+    s.ahead.clear();
+  }
   monitor_.evaluate();
-  d.classes.reserve(ranks_.size());
-  for (int r = 0; r < cfg_.ranks; ++r)
-    d.classes.push_back(ranks_[static_cast<std::size_t>(r)].lost ? StragglerClass::lost : monitor_.classify(r));
+  d.classes = classes();
   d.generation = generation_;
   for (int r = 0; r < cfg_.ranks; ++r) {
     auto& s = ranks_[static_cast<std::size_t>(r)];
     if (s.role != Role::absent) out.push_back({r, d});
     // Present (on time, or sent what it missed): it holds every result up to
-    // this step's, or the step's own through the ring. Absent: it lacks this one.
+    // this step's, or the step's own through the ring. Absent: it lacks this
+    // one (unless it is pushed ahead to it: stale-synchronous).
     if (s.role != Role::absent)
       s.first_missing.reset();
-    else if (!s.first_missing)
+    else if (!s.first_missing && !stale_synchronous_)
       s.first_missing = open_step_;
     s.role = Role::absent;
     s.included_at = 0;
@@ -457,22 +571,38 @@ void Arbiter::maybe_finish(std::vector<Out>& out) {
   Decision d;
   d.step = last;
   d.final = true;
+  std::size_t dropped = 0;
   for (int r = 0; r < cfg_.ranks; ++r) {
-    const auto& s = ranks_[static_cast<std::size_t>(r)];
+    auto& s = ranks_[static_cast<std::size_t>(r)];
     if (s.lost) continue;
     if (s.applied_at_finish == last && d.server < 0) d.server = r;
-    if (s.applied_at_finish < last) {
-      if (last - s.applied_at_finish + 1 > cfg_.result_cache) {
+    // Stale-synchronous: deposits that could not land any more are received
+    // and discarded; results pushed ahead are received, and pushed again only
+    // up to the first of them.
+    for (auto dep : s.held) {
+      dep.drop = true;
+      const auto it = deposits_.find({dep.from, dep.step});
+      dropped += it != deposits_.end() && !it->second.landed && it->second.pending == 1 ? 1 : 0;
+      deposit_lands(dep, false);
+      d.deposits.push_back(dep);
+    }
+    s.held.clear();
+    const std::uint64_t until = s.ahead.empty() ? 0 : s.ahead.front().step - 1;
+    d.fetches.insert(d.fetches.end(), s.ahead.begin(), s.ahead.end());
+    s.ahead.clear();
+    if (s.applied_at_finish < last && (until == 0 || s.applied_at_finish < until)) {
+      if ((until == 0 ? last : until) - s.applied_at_finish + 1 > cfg_.result_cache) {
         out.push_back({r, Failure{Status::resync, cat("rank ", r, " finished ", last - s.applied_at_finish,
                                                        " results behind; only ", cfg_.result_cache, " are kept")}});
         continue;
       }
-      d.catchups.push_back({r, s.applied_at_finish + 1});
+      d.catchups.push_back({r, s.applied_at_finish + 1, 0, until});
     }
   }
-  d.classes.reserve(ranks_.size());
-  for (int r = 0; r < cfg_.ranks; ++r)
-    d.classes.push_back(ranks_[static_cast<std::size_t>(r)].lost ? StragglerClass::lost : monitor_.classify(r));
+  if (dropped > 0)
+    ANTDT_INFO("partial collectives: ", dropped, " late contribution(s) of the run's last steps were dropped: every "
+               "rank finished before they could land (docs/partial.md#stale-synchronous-defer)");
+  d.classes = classes();
   d.generation = generation_;
   for (int r = 0; r < cfg_.ranks; ++r) {
     auto& s = ranks_[static_cast<std::size_t>(r)];
@@ -496,7 +626,7 @@ void Arbiter::on_rank_lost(int rank, Clock::time_point now, std::vector<Out>& ou
   for (const auto& o : ranks_) anyone_waiting |= !o.lost && (o.role != Role::absent || o.finished || o.retry);
   // Under drop/defer a lost rank is a straggler that never returns: steps
   // whose data movement it may have broken are settled among the survivors.
-  if (policy_ != LatePolicy::wait) {
+  if (policy_ != LatePolicy::wait && !stale_synchronous_) {
     std::vector<std::uint64_t> broken;
     for (const auto& entry : recent_) {
       // (not a structured binding: clang 14 cannot capture one in the lambda)
@@ -513,9 +643,12 @@ void Arbiter::on_rank_lost(int rank, Clock::time_point now, std::vector<Out>& ou
     for (auto step : broken) start_resolution(step, rank, now, out);
   }
   if (!anyone_waiting) return;  // a normal shutdown, or nobody depends on it yet
-  if (policy_ == LatePolicy::wait && was_waited_for) {
+  if ((policy_ == LatePolicy::wait || stale_synchronous_) && was_waited_for) {
+    // Stale-synchronous: results were pushed ahead to it and deposits handed
+    // to it; the callers (the NCCL shim) expect an error for a lost peer.
     fail_all(Status::peer_lost,
-             cat("partial collectives (late policy wait): peer ", describe(rank),
+             cat("partial collectives (late policy ", stale_synchronous_ ? "defer, stale-synchronous" : "wait",
+                 "): peer ", describe(rank),
                  " is lost (its control connection to the arbiter closed) while the others waited for it"),
              out);
     return;

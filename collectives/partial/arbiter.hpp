@@ -10,6 +10,7 @@
 #include "collectives/telemetry/monitor.hpp"
 #include "collectives/partial/partial_protocol.hpp"
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -75,12 +76,29 @@ class Arbiter {
     std::uint64_t last_decided = 0;  // the step of the last (non-final) decision sent to it
     std::optional<Arrival> retry;    // it gave up last_decided's data movement and waits for the outcome
     std::uint64_t included_at = 0;   // as a catch-up: its contribution is in this step's result after all
+    // Stale-synchronous defer (docs/partial.md#stale-synchronous-defer):
+    std::vector<Deposit> held;  // late ranks' contributions it adds to its own at its next contribution
+    std::vector<Fetch> ahead;   // results pushed ahead to it that it has not been told to receive yet
   };
 
   void maybe_close(Clock::time_point now, std::vector<Out>& out);
   // Stale-synchronous defer: closing the open step would leave an active rank
-  // that has not arrived more steps behind than the run allows.
+  // that has not arrived more steps behind than the run allows, or a deposit
+  // its depositary holds would land later than the bound.
   bool bound_holds_back() const;
+  // Stale-synchronous defer: a late arrival is answered at once (Late): the
+  // rank hands its contribution to a depositary and does not wait for a step
+  // to close. False when no rank can take the deposit (the others finished).
+  bool answer_late(const Arrival& a, Clock::time_point now, std::vector<Out>& out);
+  // The rank most likely to contribute soonest (present at the open step, else
+  // the one furthest ahead), other than `late` and `besides`; -1 if none is active.
+  int choose_depositary(int late, int besides = -1) const;
+  // A held deposit's fate at `holder` when a step closes: it lands there when
+  // the holder contributes and its other holder has not landed it.
+  bool deposit_lands(const Deposit& d, bool holder_contributes);
+  bool contributes(int rank) const;
+  void record_compute(const Arrival& a);
+  std::vector<StragglerClass> classes() const;
   void close_step(std::vector<Out>& out);
   void maybe_finish(std::vector<Out>& out);
   // When every other rank finished, late arrivals can never join a step:
@@ -119,6 +137,14 @@ class Arbiter {
   };
   std::map<std::uint64_t, Resolution> resolving_;
   std::uint32_t generation_ = 0;  // grows with every resolution (Decision::generation)
+  // Stale-synchronous: every deposit not yet received by all its holders (the
+  // depositary and the backup), by (late rank, its step).
+  struct DepositState {
+    std::array<int, 2> holders{-1, -1};
+    int pending = 0;  // holders that have not received it yet
+    bool landed = false;
+  };
+  std::map<std::pair<int, std::uint64_t>, DepositState> deposits_;
   int lost_count_ = 0;
 };
 

@@ -27,6 +27,7 @@
 #include "core/hash.hpp"
 #include "core/log.hpp"
 #include "collectives/partial/arbiter.hpp"
+#include "collectives/partial/async_sends.hpp"
 #include "collectives/partial/partial_protocol.hpp"
 
 #include <algorithm>
@@ -127,6 +128,17 @@ class PartialState final : public detail::CollectiveState {
   std::vector<std::uint64_t> saved_steps;
   std::vector<StepInfo> saved_info;
   std::vector<std::byte> contribution;
+  // Stale-synchronous defer: deposits received as a depositary (scratch, reused).
+  std::vector<std::vector<std::byte>> deposits_in;
+  std::vector<std::byte> combined;
+  // Deposits and pushes ahead in flight. Last: it goes first, while the
+  // transport and everything else here are still alive.
+  std::unique_ptr<partial::AsyncSends> sends;
+
+  partial::AsyncSends& async_sends(detail::CommImpl& comm) {
+    if (!sends) sends = std::make_unique<partial::AsyncSends>(comm);
+    return *sends;
+  }
 };
 
 PartialState& state_of(detail::CommImpl& comm) {
@@ -139,6 +151,10 @@ PartialState& state_of(detail::CommImpl& comm) {
 constexpr std::uint64_t kStepSeqBit = std::uint64_t{1} << 62;
 constexpr std::uint64_t kFinishSeqBit = std::uint64_t{1} << 61;
 constexpr std::uint64_t kCatchupSeqBit = std::uint64_t{1} << 60;
+// Stale-synchronous defer: deposits are numbered by the late rank's step,
+// pushes ahead by the result's step (each kind has its own tag as well).
+constexpr std::uint64_t kDepositSeqBit = std::uint64_t{1} << 59;
+constexpr std::uint64_t kAheadSeqBit = std::uint64_t{1} << 58;
 
 // The arbiter runs on rank 0 (its thread): a control link that closed, or
 // cannot be written, is rank 0 lost. The communicator fails for good
@@ -173,11 +189,13 @@ void raise_if_failure(detail::CommImpl& comm, const partial::FromArbiter& messag
   }
 }
 
-// Sends `request` to the arbiter and returns its decision (the straggler
-// classes recorded). Abandons that come meanwhile are stale: this rank is not
-// moving data now. `waiting_for` ends the timeout's message.
-partial::Decision ask_arbiter(detail::CommImpl& comm, PartialState& st, std::span<const std::byte> request,
-                              const std::string& waiting_for) {
+// Sends `request` to the arbiter and returns its answer: a decision, or
+// (stale-synchronous defer, a late arrival) a Late (the straggler classes
+// recorded). Abandons that come meanwhile are stale: this rank is not moving
+// data now. `waiting_for` ends the timeout's message.
+using Answer = std::variant<partial::Decision, partial::Late>;
+Answer ask_arbiter_any(detail::CommImpl& comm, PartialState& st, std::span<const std::byte> request,
+                       const std::string& waiting_for) {
   const auto deadline = Clock::now() + comm.config().timeout;
   try {
     st.link.send(request, deadline);
@@ -193,10 +211,22 @@ partial::Decision ask_arbiter(detail::CommImpl& comm, PartialState& st, std::spa
                           " ms (ANTDT_TIMEOUT_MS) ", waiting_for);
     if (std::holds_alternative<partial::Abandon>(*message)) continue;
     raise_if_failure(comm, *message);
+    if (auto* late = std::get_if<partial::Late>(&*message)) {
+      st.classes = late->classes;
+      return std::move(*late);
+    }
     partial::Decision d = std::get<partial::Decision>(std::move(*message));
     st.classes = d.classes;
     return d;
   }
+}
+
+partial::Decision ask_arbiter(detail::CommImpl& comm, PartialState& st, std::span<const std::byte> request,
+                              const std::string& waiting_for) {
+  Answer answer = ask_arbiter_any(comm, st, request, waiting_for);
+  if (auto* d = std::get_if<partial::Decision>(&answer)) return std::move(*d);
+  raise<InternalError>("partial collectives: rank ", comm.rank(), " was answered late ", waiting_for,
+                       " outside a stale-synchronous run");
 }
 
 // Watches one step's data movement under drop/defer (a contained call,
@@ -247,6 +277,148 @@ std::uint64_t signature_of(const Signature& sig, const PartialOptions& opts) {
                    opts.stale_synchronous ? 1 : 0);
 }
 
+// Stale-synchronous defer: receives the results pushed ahead to this rank
+// (each from the server of its step, in step order per server) into the
+// result cache, and notes the newest one.
+void receive_fetches(detail::CommImpl& comm, PartialState& st, std::span<const partial::Fetch> fetches,
+                     const Signature& sig) {
+  const int me = comm.rank();
+  const auto mine = [&](const partial::Fetch& f) { return f.rank == me; };
+  const auto n = static_cast<std::size_t>(std::count_if(fetches.begin(), fetches.end(), mine));
+  if (n == 0) return;
+  Signature ahead_sig = sig;
+  ahead_sig.kind = Kind::partial_ahead;
+  auto slots = std::make_unique<detail::OpSlot[]>(2 * n);
+  for (std::size_t i = 0; i < 2 * n; ++i) slots[i].completion.state.store(transport::State::done);  // idle until posted
+  std::deque<Call> calls;
+  std::size_t i = 0;
+  for (const auto& f : fetches) {
+    if (!mine(f)) continue;
+    auto& call = calls.emplace_back(comm, ahead_sig, kAheadSeqBit | f.step, std::span(&slots[2 * i], 2));
+    call.recv(0, f.server, st.cache.claim(f.step));
+    call.recv(1, f.server, std::as_writable_bytes(std::span(&st.info[f.step % st.info.size()], 1)));
+    st.latest = std::max(st.latest, f.step);
+    ++i;
+  }
+  for (auto& call : calls) call.wait_all();
+}
+
+// Stale-synchronous defer: this rank is a depositary in `d`. Receives every
+// deposit handed to it (in the order the arbiter lists them, which is each
+// late rank's step order) into st.deposits_in; returns how many land (the
+// others, dropped, are only taken off the wire).
+std::size_t receive_deposits(detail::CommImpl& comm, PartialState& st, const partial::Decision& d, const Signature& sig,
+                             std::size_t bytes) {
+  const int me = comm.rank();
+  Signature deposit_sig = sig;
+  deposit_sig.kind = Kind::partial_deposit;
+  auto slots = std::make_unique<detail::OpSlot[]>(d.deposits.size());
+  std::deque<Call> calls;
+  std::size_t landing = 0;
+  for (const auto& dep : d.deposits) {
+    if (dep.to != me) continue;
+    if (st.deposits_in.size() <= calls.size()) st.deposits_in.emplace_back();
+    auto& buffer = st.deposits_in[calls.size()];
+    buffer.resize(bytes);
+    auto& slot = slots[calls.size()];
+    slot.completion.state.store(transport::State::done);
+    auto& call = calls.emplace_back(comm, deposit_sig, kDepositSeqBit | dep.step, std::span(&slot, 1));
+    call.recv(0, dep.from, buffer);
+    landing += dep.drop ? 0 : 1;
+  }
+  for (auto& call : calls) call.wait_all();
+  return landing;
+}
+
+// The contributors of a step reduce `send` into `result` with the algorithm
+// the selection table picks for them (`input`): with every rank the one a plain
+// allreduce would choose, shared memory only then (its rounds must be the same
+// on all ranks).
+void reduce_among(Call& ring, SelectionInput input, const std::byte* send, std::byte* result, std::size_t count,
+                  DataType dtype, ReduceOp op, const std::vector<int>& members) {
+  Algo algo = select_algorithm(input).algo;
+  if ((algo == Algo::shm && !shm_ready(ring, detail::ShmArea::mailbox)) ||
+      (algo == Algo::shm_bulk && !shm_ready(ring, detail::ShmArea::bulk))) {
+    // The ranks cannot share memory (every rank learnt it just now): the
+    // rows without shared memory choose.
+    input.mailbox_usable = input.bulk_usable = false;
+    algo = select_algorithm(input).algo;
+  }
+  if (algo == Algo::shm)
+    allreduce_shm(ring, send, result, count, dtype, op);
+  else if (algo == Algo::shm_bulk)
+    allreduce_shm_bulk(ring, send, result, count, dtype, op);
+  else if (algo == Algo::recursive_doubling)
+    allreduce_recursive_doubling(ring, send, result, count, dtype, op);
+  else if (algo == Algo::hierarchical)
+    allreduce_hierarchical(ring, send, result, count, dtype, op, members);
+  else
+    allreduce_ring(ring, send, result, count, dtype, op, members);
+}
+
+// Stale-synchronous defer: a step into which deposits land. Each depositary
+// adds the deposits it received (st.deposits_in, in decision order) to its own
+// contribution; the contributors then reduce as usual. avg: with equal weights
+// a sum divided by the number of contributions, else sum(w_i * g_i) / sum(w_i).
+void land_deposits(Call& ring, PartialState& st, const partial::Decision& d, const std::byte* send,
+                   std::byte* own_result, std::size_t count, const Signature& sig, const SelectionInput& input,
+                   const std::vector<int>& members, double my_weight, double total, bool equal_weights) {
+  const int me = ring.rank();
+  const std::size_t bytes = count * dtype_size(sig.dtype);
+  const bool weighted = sig.op == ReduceOp::avg && !equal_weights;
+  auto& combined = st.combined;
+  combined.resize(bytes);
+  if (weighted)
+    scale_into(sig.dtype, combined, std::span(send, bytes), my_weight);
+  else if (bytes > 0)
+    std::memcpy(combined.data(), send, bytes);
+  std::size_t i = 0, contributions = d.contributors.size();
+  for (const auto& dep : d.deposits) {
+    if (!dep.drop) ++contributions;
+    if (dep.to != me) continue;
+    auto& in = st.deposits_in[i++];
+    if (dep.drop) continue;
+    if (weighted) scale_into(sig.dtype, in, in, dep.weight);
+    reduce_into(sig.dtype, sig.op == ReduceOp::avg ? ReduceOp::sum : sig.op, combined, combined, in);
+  }
+  const ReduceOp op = sig.op == ReduceOp::avg ? ReduceOp::sum : sig.op;
+  if (weighted) {
+    // The shared-memory rows' rounds cannot carry weights: the ring, or the hierarchy.
+    if (select_algorithm(input).algo == Algo::hierarchical)
+      allreduce_hierarchical(ring, combined.data(), own_result, count, sig.dtype, op, members);
+    else
+      allreduce_ring(ring, combined.data(), own_result, count, sig.dtype, op, members);
+  } else {
+    reduce_among(ring, input, combined.data(), own_result, count, sig.dtype, op, members);
+  }
+  if (sig.op != ReduceOp::avg) return;
+  ring.wait_all();  // the result is complete before it is divided
+  if (weighted)
+    scale_into(sig.dtype, std::span(own_result, bytes), std::span(own_result, bytes), 1.0 / total);
+  else
+    finish_avg(sig.dtype, std::span(own_result, bytes), contributions);
+}
+
+// Stale-synchronous defer, at the step's server: this step's result (and its
+// StepInfo) to every rank that was absent when it closed, posted and left in
+// flight (AsyncSends); each receives it when the arbiter next answers it.
+void push_ahead(detail::CommImpl& comm, PartialState& st, const partial::Decision& d, const Signature& sig,
+                std::size_t bytes) {
+  if (!st.cache.has(d.step))
+    raise<InternalError>("partial collectives: rank ", comm.rank(), " serves step ", d.step, " but does not hold it");
+  std::vector<std::byte> data(bytes + sizeof(StepInfo));
+  if (bytes > 0) std::memcpy(data.data(), st.cache.get(d.step).data(), bytes);
+  std::memcpy(data.data() + bytes, &st.info[d.step % st.info.size()], sizeof(StepInfo));
+  std::vector<partial::AsyncSends::Message> messages;
+  for (int r : d.ahead) {
+    messages.push_back({r, 0, bytes});
+    messages.push_back({r, bytes, sizeof(StepInfo)});
+  }
+  Signature ahead_sig = sig;
+  ahead_sig.kind = Kind::partial_ahead;
+  st.async_sends(comm).post(ahead_sig, kAheadSeqBit | d.step, std::move(data), messages);
+}
+
 // Runs the data movement of one decision at this rank. `own_result` is where
 // the ring writes this step's result when this rank contributes to it.
 void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision& d, const Signature& sig,
@@ -273,24 +445,43 @@ void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision
   };
   // This step's result is pushed only to late ranks that did not compute it in the ring.
   auto last_pushed = [&](const partial::CatchUp& c) { return finishing || contributes_rank(c.rank) ? d.step - 1 : d.step; };
+  auto pushed_until = [&](const partial::CatchUp& c) {
+    const std::uint64_t last = finishing ? d.step : last_pushed(c);
+    return c.until_step != 0 ? std::min(last, c.until_step) : last;
+  };
   auto info_of = [&](std::uint64_t step) -> StepInfo& { return st.info[step % st.info.size()]; };
   if (!finishing && d.contributors.empty()) {
     // An empty step (every rank called with weight 0): its result is zeros.
     auto slot = st.cache.claim(d.step);
     std::fill(slot.begin(), slot.end(), std::byte{0});
   }
+  // Stale-synchronous defer: deposits that land in this step count as its
+  // contributions (each a late rank's, added by its depositary).
+  std::size_t landing_all = 0;
+  double landing_weight = 0;
+  for (const auto& dep : d.deposits)
+    if (!dep.drop) {
+      ++landing_all;
+      landing_weight += dep.weight;
+    }
   if (!finishing) {
     StepInfo& info = info_of(d.step);
-    info.participants = static_cast<std::int32_t>(d.contributors.size());
+    info.participants = static_cast<std::int32_t>(d.contributors.size() + landing_all);
     info.lost_ranks = lost_in(d);
-    info.total_weight = 0;
+    info.total_weight = landing_weight;
     for (const auto& c : d.contributors) info.total_weight += c.weight;
   }
+  // Results pushed ahead to this rank come first (they are older than this
+  // step), then the deposits handed to it.
+  receive_fetches(comm, st, d.fetches, sig);
+  const bool holds_deposits =
+      std::any_of(d.deposits.begin(), d.deposits.end(), [&](const auto& dep) { return dep.to == me; });
+  if (holds_deposits) receive_deposits(comm, st, d, sig, bytes);
   // 1. Late ranks post their receives first: the server's sends then always find them.
   std::size_t index = 0;
   for (const auto& c : d.catchups) {
     if (c.rank != me) continue;
-    const std::uint64_t last = finishing ? d.step : last_pushed(c);
+    const std::uint64_t last = pushed_until(c);
     for (std::uint64_t s = c.from_step; s <= last; ++s) {
       push.recv(index++, d.server, st.cache.claim(s));
       push.recv(index++, d.server, std::as_writable_bytes(std::span(&info_of(s), 1)));
@@ -320,30 +511,20 @@ void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision
       input.nodes = static_cast<int>(h.nodes.size());
       input.nodes_uniform = h.uniform;
     }
+    for (const auto& dep : d.deposits)
+      if (!dep.drop) {
+        total += dep.weight;
+        equal_weights &= dep.weight == d.contributors.front().weight;
+      }
     if (reduce != nullptr) {
       (*reduce)(ring, d.contributors, send, own_result);
+    } else if (landing_all > 0) {
+      land_deposits(ring, st, d, send, own_result, count, sig, input, members, contributor->weight, total,
+                    equal_weights);
     } else if (sig.op != ReduceOp::avg || equal_weights) {
       // With every rank and equal weights, the algorithm a plain allreduce
       // would choose: the result is then bit-identical to it (invariant 5).
-      // (Shared memory only with every rank: its rounds must be the same on all.)
-      Algo algo = select_algorithm(input).algo;
-      if ((algo == Algo::shm && !shm_ready(ring, detail::ShmArea::mailbox)) ||
-          (algo == Algo::shm_bulk && !shm_ready(ring, detail::ShmArea::bulk))) {
-        // The ranks cannot share memory (every rank learnt it just now): the
-        // rows without shared memory choose.
-        input.mailbox_usable = input.bulk_usable = false;
-        algo = select_algorithm(input).algo;
-      }
-      if (algo == Algo::shm)
-        allreduce_shm(ring, send, own_result, count, sig.dtype, sig.op);
-      else if (algo == Algo::shm_bulk)
-        allreduce_shm_bulk(ring, send, own_result, count, sig.dtype, sig.op);
-      else if (algo == Algo::recursive_doubling)
-        allreduce_recursive_doubling(ring, send, own_result, count, sig.dtype, sig.op);
-      else if (algo == Algo::hierarchical)
-        allreduce_hierarchical(ring, send, own_result, count, sig.dtype, sig.op, members);
-      else
-        allreduce_ring(ring, send, own_result, count, sig.dtype, sig.op, members);
+      reduce_among(ring, input, send, own_result, count, sig.dtype, sig.op, members);
     } else {
       // avg over unequal weights: sum(w_i * g_i) / sum(w_i), the sum
       // hierarchical where the table says so (the shared-memory rows' rounds
@@ -364,10 +545,11 @@ void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision
       auto slot = st.cache.claim(d.step);
       if (slot.data() != own_result) std::memcpy(slot.data(), own_result, bytes);
     }
+    if (!finishing && !d.ahead.empty()) push_ahead(comm, st, d, sig, bytes);
     push.set_index_base(std::max(push.next_free_index(), ring.next_free_index()));
     std::size_t index_out = 0;
     for (const auto& c : d.catchups) {
-      const std::uint64_t last = finishing ? d.step : last_pushed(c);
+      const std::uint64_t last = pushed_until(c);
       for (std::uint64_t s = c.from_step; s <= last; ++s) {
         if (!st.cache.has(s))
           raise<InternalError>("partial collectives: rank ", me, " serves step ", s, " but no longer holds it");
@@ -403,6 +585,8 @@ PartialResult partial_step(detail::CommImpl& comm, const void* send, void* recv,
   const std::size_t bytes = count * dtype_size(dtype);
   ANTDT_CHECK_ARG(count == 0 || bytes / count == dtype_size(dtype), "partial_allreduce: count ", count,
                   " overflows size_t");
+  if (opts.stale_synchronous && kind.reduce != nullptr)
+    raise<UnsupportedError>("partial_push: stale_synchronous is for partial_allreduce only");
   comm.check_usable();
   PartialState& st = state_of(comm);
   Signature sig{Kind::partial, count, dtype, op, -1, Algo::ring};
@@ -465,12 +649,38 @@ PartialResult partial_step(detail::CommImpl& comm, const void* send, void* recv,
     return ask_arbiter(comm, st, partial::encode(arrival),
                        cat("for the decision on step ", next, "; are enough ranks calling partial_allreduce?"));
   };
-  partial::Decision d = ask();
+  Answer answer = ask_arbiter_any(comm, st, partial::encode(arrival),
+                                  cat("for the decision on step ", next, "; are enough ranks calling partial_allreduce?"));
+  if (auto* late = std::get_if<partial::Late>(&answer)) {
+    // Stale-synchronous defer, late: the results pushed ahead to this rank,
+    // then its contribution handed to the depositary (a copy, in flight
+    // while the caller computes), and the result of `next` at once.
+    receive_fetches(comm, st, late->fetches, sig);
+    if (late->depositary >= 0) {
+      std::vector<std::byte> data(bytes);
+      if (bytes > 0) std::memcpy(data.data(), send, bytes);
+      std::vector<partial::AsyncSends::Message> to{{late->depositary, 0, bytes}};
+      if (late->backup >= 0) to.push_back({late->backup, 0, bytes});
+      Signature deposit_sig = sig;
+      deposit_sig.kind = Kind::partial_deposit;
+      st.async_sends(comm).post(deposit_sig, kDepositSeqBit | next, std::move(data), to);
+    }
+    const auto answered_at = Clock::now();
+    st.last_transfer_s = 0;
+    if (telemetry::StepTiming* timing = comm.started_step_timing())
+      timing->record_collective(std::chrono::duration<double>(answered_at - arrived_at).count(), 0.0);
+    // Deferred into a later result, within `staleness` steps; which one is not
+    // known yet (contribution_step 0: docs/partial.md#stale-synchronous-defer).
+    result.fate = late->depositary >= 0 ? Fate::deferred : Fate::none;
+    return finish_call(next);
+  }
+  partial::Decision d = std::get<partial::Decision>(std::move(answer));
   // Under drop/defer a lost rank is a straggler that never returns: a step
   // whose data movement it breaks is given up on this rank alone (contained
   // calls) and asked for again; the arbiter then completes it among the
-  // survivors (docs/partial.md#dead-ranks). Under wait it fails every rank.
-  const bool contain = opts.policy != LatePolicy::wait;
+  // survivors (docs/partial.md#dead-ranks). Under wait, and stale-synchronous
+  // defer, it fails every rank.
+  const bool contain = opts.policy != LatePolicy::wait && !opts.stale_synchronous;
   const auto* contribution = static_cast<const std::byte*>(send);
   if (contain && contribution != nullptr && bytes > 0 && contribution == out) {
     // In place: a ring that broke off may have overwritten the contribution a re-run needs.
@@ -484,7 +694,7 @@ PartialResult partial_step(detail::CommImpl& comm, const void* send, void* recv,
       // The others finished while this rank was late: its contribution joins no
       // step; it receives the results it missed and the run ends here.
       st.run_over = true;
-      if (!d.catchups.empty())
+      if (!d.catchups.empty() || !d.fetches.empty() || !d.deposits.empty())
         move_data(comm, st, d, sig, kFinishSeqBit | d.step, nullptr, nullptr, count, true);
       st.latest = std::max(st.latest, d.step);
       result.fate = opts.weight == 0 ? Fate::none : Fate::dropped;
@@ -553,6 +763,7 @@ PartialResult partial_finish(detail::CommImpl& comm) {
   PartialState& st = state_of(comm);
   if (st.run_over) {
     // This rank's last arrival already took part in the finish exchange.
+    if (st.sends) st.sends->drain();
     st.run_over = false;
     st.last_return.reset();
     PartialResult result;
@@ -563,8 +774,11 @@ PartialResult partial_finish(detail::CommImpl& comm) {
   const partial::Decision d =
       ask_arbiter(comm, st, partial::encode(partial::Finish{comm.rank(), st.applied, st.latest}),
                   "in partial_finish for every rank to finish");
-  if (!d.catchups.empty())
+  if (!d.catchups.empty() || !d.fetches.empty() || !d.deposits.empty())
     move_data(comm, st, d, st.last_signature, kFinishSeqBit | d.step, nullptr, nullptr, st.last_signature.count, true);
+  // Stale-synchronous defer: every deposit and push ahead of this rank was
+  // taken off the wire in the exchange above (at its receiver).
+  if (st.sends) st.sends->drain();
   st.latest = std::max(st.latest, d.step);
   PartialResult result;
   result.step = st.applied;

@@ -9,8 +9,8 @@ namespace antdt::coll::partial {
 namespace {
 
 constexpr std::uint32_t kMagic = 0x50544441;  // "ADTP"
-constexpr std::uint16_t kVersion = 2;  // 2: dead ranks (holds, retry, generation, abandon)
-enum class Kind : std::uint16_t { arrival = 1, finish = 2, decision = 3, failure = 4, abandon = 5 };
+constexpr std::uint16_t kVersion = 3;  // 2: dead ranks (holds, retry, generation, abandon); 3: deposits, pushes ahead, late
+enum class Kind : std::uint16_t { arrival = 1, finish = 2, decision = 3, failure = 4, abandon = 5, late = 6 };
 constexpr std::size_t kMaxReason = 4096;
 
 // The codec is core/wire_codec.hpp; these add the protocol's prefix and names.
@@ -46,6 +46,54 @@ std::int32_t checked_rank(std::int32_t r, int ranks, bool allow_none = false) {
 std::uint32_t checked_count(std::uint32_t n, int ranks) {
   if (n <= static_cast<std::uint32_t>(ranks)) return n;
   raise<BootstrapError>("malformed partial-collective message: ", n, " entries for ", ranks, " ranks");
+}
+
+// Deposits and fetches: a few per rank (at most the staleness bound each).
+// A count is checked against the bytes left before anything is allocated.
+constexpr std::uint64_t kMaxEntriesPerRank = 1024;
+std::uint32_t checked_entries(const wire::ByteReader& r, std::uint32_t n, int ranks, std::size_t entry_bytes) {
+  if (n <= kMaxEntriesPerRank * static_cast<std::uint64_t>(ranks) && n * std::uint64_t{entry_bytes} <= r.left()) return n;
+  raise<BootstrapError>("malformed partial-collective message: ", n, " entries for ", ranks, " ranks in ", r.left(),
+                        " bytes");
+}
+constexpr std::size_t kFetchBytes = 4 + 8 + 4;
+constexpr std::size_t kDepositBytes = 4 + 4 + 8 + 8 + 1;
+
+void put_fetches(wire::ByteWriter& w, const std::vector<Fetch>& fetches) {
+  w.put(static_cast<std::uint32_t>(fetches.size()));
+  for (const auto& f : fetches) {
+    w.put(f.rank);
+    w.put(f.step);
+    w.put(f.server);
+  }
+}
+
+void put_classes(wire::ByteWriter& w, const std::vector<StragglerClass>& classes) {
+  w.put(static_cast<std::uint32_t>(classes.size()));
+  for (auto c : classes) w.put(static_cast<std::uint8_t>(c));
+}
+
+std::vector<Fetch> get_fetches(wire::ByteReader& r, int ranks) {
+  const auto n = r.get<std::uint32_t>();
+  std::vector<Fetch> fetches(checked_entries(r, n, ranks, kFetchBytes));
+  for (auto& f : fetches) {
+    f.rank = checked_rank(r.get<std::int32_t>(), ranks);
+    f.step = r.get<std::uint64_t>();
+    f.server = checked_rank(r.get<std::int32_t>(), ranks);
+    if (f.step == 0) raise<BootstrapError>("malformed partial-collective fetch: step 0");
+  }
+  return fetches;
+}
+
+std::vector<StragglerClass> get_classes(wire::ByteReader& r, int ranks) {
+  std::vector<StragglerClass> classes(checked_count(r.get<std::uint32_t>(), ranks));
+  for (auto& c : classes) {
+    auto v = r.get<std::uint8_t>();
+    if (v > static_cast<std::uint8_t>(StragglerClass::lost))
+      raise<BootstrapError>("malformed partial-collective message: straggler class ", int{v});
+    c = static_cast<StragglerClass>(v);
+  }
+  return classes;
 }
 
 }  // namespace
@@ -91,10 +139,31 @@ Bytes encode(const Decision& m) {
     w.put(c.rank);
     w.put(c.from_step);
     w.put(c.contribution_step);
+    w.put(c.until_step);
   }
-  w.put(static_cast<std::uint32_t>(m.classes.size()));
-  for (auto c : m.classes) w.put(static_cast<std::uint8_t>(c));
+  put_classes(w, m.classes);
   w.put(m.generation);
+  w.put(static_cast<std::uint32_t>(m.deposits.size()));
+  for (const auto& d : m.deposits) {
+    w.put(d.to);
+    w.put(d.from);
+    w.put(d.step);
+    w.put(d.weight);
+    w.put(static_cast<std::uint8_t>(d.drop ? 1 : 0));
+  }
+  w.put(static_cast<std::uint32_t>(m.ahead.size()));
+  for (auto r : m.ahead) w.put(r);
+  put_fetches(w, m.fetches);
+  return w.take();
+}
+
+Bytes encode(const Late& m) {
+  Writer w(Kind::late);
+  w.put(m.step);
+  w.put(m.depositary);
+  w.put(m.backup);
+  put_fetches(w, m.fetches);
+  put_classes(w, m.classes);
   return w.take();
 }
 
@@ -176,15 +245,41 @@ FromArbiter decode_from_arbiter(std::span<const std::byte> bytes, int ranks) {
         c.rank = checked_rank(r.get<std::int32_t>(), ranks);
         c.from_step = r.get<std::uint64_t>();
         c.contribution_step = r.get<std::uint64_t>();
+        c.until_step = r.get<std::uint64_t>();
       }
-      m.classes.resize(checked_count(r.get<std::uint32_t>(), ranks));
-      for (auto& c : m.classes) {
-        auto v = r.get<std::uint8_t>();
-        if (v > static_cast<std::uint8_t>(StragglerClass::lost))
-          raise<BootstrapError>("malformed partial-collective decision: class ", int{v});
-        c = static_cast<StragglerClass>(v);
-      }
+      m.classes = get_classes(r, ranks);
       m.generation = r.get<std::uint32_t>();
+      const auto deposits = r.get<std::uint32_t>();
+      m.deposits.resize(checked_entries(r, deposits, ranks, kDepositBytes));
+      for (auto& d : m.deposits) {
+        d.to = checked_rank(r.get<std::int32_t>(), ranks);
+        d.from = checked_rank(r.get<std::int32_t>(), ranks);
+        d.step = r.get<std::uint64_t>();
+        d.weight = r.get<double>();
+        const auto drop = r.get<std::uint8_t>();
+        if (drop > 1) raise<BootstrapError>("malformed partial-collective deposit: drop flag ", int{drop});
+        d.drop = drop == 1;
+        if (d.step == 0 || d.to == d.from || !(d.weight >= 0))
+          raise<BootstrapError>("malformed partial-collective deposit: step ", d.step, ", rank ", d.from, " to ", d.to,
+                                ", weight ", d.weight);
+      }
+      m.ahead.resize(checked_count(r.get<std::uint32_t>(), ranks));
+      for (auto& a : m.ahead) a = checked_rank(r.get<std::int32_t>(), ranks);
+      m.fetches = get_fetches(r, ranks);
+      r.end();
+      return m;
+    }
+    case Kind::late: {
+      Late m;
+      m.step = r.get<std::uint64_t>();
+      m.depositary = checked_rank(r.get<std::int32_t>(), ranks, true);
+      m.backup = checked_rank(r.get<std::int32_t>(), ranks, true);
+      m.fetches = get_fetches(r, ranks);
+      if (m.backup >= 0 && (m.depositary < 0 || m.backup == m.depositary))
+        raise<BootstrapError>("malformed partial-collective late answer: backup ", m.backup, " for depositary ",
+                              m.depositary);
+      m.classes = get_classes(r, ranks);
+      if (m.step == 0) raise<BootstrapError>("malformed partial-collective late answer: step 0");
       r.end();
       return m;
     }

@@ -51,6 +51,29 @@ struct CatchUp {
   // Not 0: this rank's contribution is in that step's result after all (it
   // gave up the step when a rank was lost, but others completed it).
   std::uint64_t contribution_step = 0;
+  // Not 0: the pushes stop at this step instead of the decision's (the later
+  // ones reach the rank as pushes ahead: Fetch).
+  std::uint64_t until_step = 0;
+};
+
+// Stale-synchronous defer (docs/partial.md#stale-synchronous-defer): a late
+// rank's contribution, handed to an on-pace rank (the depositary) that adds it
+// to its own in the next step it contributes to.
+struct Deposit {
+  std::int32_t to = -1;    // the depositary
+  std::int32_t from = -1;  // the late rank
+  std::uint64_t step = 0;  // the late rank's step (the deposit's message is numbered by it)
+  double weight = 0;
+  bool drop = false;       // received and discarded: its other holder added it, or the run ended before it could land
+};
+
+// Stale-synchronous defer: a result the step's server pushed ahead, unasked, to
+// a rank that was absent when the step closed; that rank receives it from
+// `server` when the arbiter next answers it.
+struct Fetch {
+  std::int32_t rank = -1;
+  std::uint64_t step = 0;
+  std::int32_t server = -1;
 };
 
 // arbiter -> every rank that takes part in `step`.
@@ -65,6 +88,24 @@ struct Decision {
   // time a step is given up (a rank lost), so nothing of an attempt given up
   // can match a later one.
   std::uint32_t generation = 0;
+  // Stale-synchronous defer:
+  std::vector<Deposit> deposits;   // each depositary adds these to its contribution (drop: discards them)
+  std::vector<std::int32_t> ahead; // absent ranks the server pushes this step's result to, at once
+  std::vector<Fetch> fetches;      // results pushed ahead earlier that ranks of this decision receive first
+};
+
+// arbiter -> a rank that arrived late under stale-synchronous defer: it does
+// not wait for a step to close. It receives the results pushed ahead to it
+// (`fetches`), hands its contribution to `depositary` (none: weight 0, or no
+// rank left to take it) and to `backup` (none: the depositary is at the open
+// step already), and returns the result of `step` at once. Exactly one of the
+// two adds it; the other receives and discards it (Deposit::drop).
+struct Late {
+  std::uint64_t step = 0;
+  std::int32_t depositary = -1;
+  std::int32_t backup = -1;
+  std::vector<Fetch> fetches;
+  std::vector<StragglerClass> classes;
 };
 
 // arbiter -> rank, unasked, while that rank may be moving the data of `step`:
@@ -87,9 +128,10 @@ Bytes encode(const Finish& m);
 Bytes encode(const Decision& m);
 Bytes encode(const Failure& m);
 Bytes encode(const Abandon& m);
+Bytes encode(const Late& m);
 
 using ToArbiter = std::variant<Arrival, Finish>;
-using FromArbiter = std::variant<Decision, Failure, Abandon>;
+using FromArbiter = std::variant<Decision, Failure, Abandon, Late>;
 // `ranks` bounds rank fields and list lengths.
 ToArbiter decode_to_arbiter(std::span<const std::byte> bytes, int ranks);
 FromArbiter decode_from_arbiter(std::span<const std::byte> bytes, int ranks);

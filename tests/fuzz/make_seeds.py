@@ -49,22 +49,34 @@ write("control_frames", "link", b"\x02" + frame)
 write("control_frames", "link_partial", b"\x02" + struct.pack("<II", K, 64) + b"abc")
 write("control_frames", "bad_magic", b"\x01" + struct.pack("<II", 0x12345678, 4) + b"abcd")
 
-# partial protocol (version 2: dead ranks): first byte = ranks-1 (low 6 bits) | 64 for rank -> arbiter
+# partial protocol (version 3: dead ranks; deposits, pushes ahead and late answers of
+# stale-synchronous defer): first byte = ranks-1 (low 6 bits) | 64 for rank -> arbiter
 P = 0x50544441
-arrival = prefix(P, 1, 2) + struct.pack("<iQdddQQBIBQB", 1, 7, 1.0, 0.01, 0.002, 32, 0xABCDEF, 0, 1, 0, 6, 0)
-retry = prefix(P, 1, 2) + struct.pack("<iQdddQQBIBQB", 2, 7, 1.0, 0.01, 0.002, 32, 0xABCDEF, 2, 2, 1, 6, 1)
-finish = prefix(P, 2, 2) + struct.pack("<iQQ", 2, 9, 9)
-failure = prefix(P, 4, 2) + struct.pack("<i", 5) + struct.pack("<I", 6) + b"reason"
-decision = prefix(P, 3, 2) + struct.pack("<QBi", 7, 0, 0) + struct.pack("<I", 2) + \
+V = 3
+arrival = prefix(P, 1, V) + struct.pack("<iQdddQQBIBQB", 1, 7, 1.0, 0.01, 0.002, 32, 0xABCDEF, 0, 1, 0, 6, 0)
+retry = prefix(P, 1, V) + struct.pack("<iQdddQQBIBQB", 2, 7, 1.0, 0.01, 0.002, 32, 0xABCDEF, 2, 2, 1, 6, 1)
+finish = prefix(P, 2, V) + struct.pack("<iQQ", 2, 9, 9)
+failure = prefix(P, 4, V) + struct.pack("<i", 5) + struct.pack("<I", 6) + b"reason"
+decision_head = prefix(P, 3, V) + struct.pack("<QBi", 7, 0, 0) + struct.pack("<I", 2) + \
     struct.pack("<idQ", 0, 1.0, 7) + struct.pack("<idQ", 1, 1.0, 6) + struct.pack("<I", 1) + \
-    struct.pack("<iQQ", 2, 5, 0) + struct.pack("<I", 3) + bytes([0, 1, 5]) + struct.pack("<I", 1)
-abandon = prefix(P, 5, 2) + struct.pack("<QIi", 7, 1, 2)
+    struct.pack("<iQQQ", 2, 5, 0, 0) + struct.pack("<I", 3) + bytes([0, 1, 5]) + struct.pack("<I", 1)
+decision = decision_head + struct.pack("<I", 0) + struct.pack("<I", 0) + struct.pack("<I", 0)
+# stale-synchronous: rank 2's deposit landing at rank 0 and discarded at rank 1, this result
+# pushed ahead to rank 2, and rank 1 receiving step 6 pushed ahead by rank 0
+decision_stale = decision_head + struct.pack("<I", 2) + struct.pack("<iiQdB", 0, 2, 6, 1.0, 0) + \
+    struct.pack("<iiQdB", 1, 2, 6, 1.0, 1) + struct.pack("<I", 1) + struct.pack("<i", 2) + \
+    struct.pack("<I", 1) + struct.pack("<iQi", 1, 6, 0)
+late = prefix(P, 6, V) + struct.pack("<Qii", 6, 0, 1) + struct.pack("<I", 1) + struct.pack("<iQi", 2, 5, 1) + \
+    struct.pack("<I", 3) + bytes([0, 3, 2])
+abandon = prefix(P, 5, V) + struct.pack("<QIi", 7, 1, 2)
 write("partial_protocol", "arrival", bytes([64 | 3]) + arrival)
 write("partial_protocol", "arrival_retry", bytes([64 | 3]) + retry)
 write("partial_protocol", "finish", bytes([64 | 3]) + finish)
 write("partial_protocol", "failure", bytes([3]) + failure)
 write("partial_protocol", "decision", bytes([3]) + decision)
 write("partial_protocol", "abandon", bytes([3]) + abandon)
+write("partial_protocol", "decision_stale_synchronous", bytes([3]) + decision_stale)
+write("partial_protocol", "late", bytes([3]) + late)
 write("partial_protocol", "arrival_bad_rank", bytes([64 | 0]) + arrival)
 
 # coordinator wire: first byte selects the decoder (fuzz_coordinator_wire.cpp)
