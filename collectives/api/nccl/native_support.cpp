@@ -19,8 +19,9 @@ const ShimOptions& shim_options() {
     }
     if (const char* s = std::getenv("ANTDT_NCCL_STALENESS")) {
       const long v = std::strtol(s, nullptr, 10);
-      // At most 3: a rank S steps behind needs S + 1 kept results (ANTDT_RESULT_CACHE, default 4).
-      if (v >= 1 && v <= 3) o.staleness = static_cast<std::uint32_t>(v);
+      // A rank S steps behind needs S + 1 kept results: the bound in effect is
+      // min(S, ANTDT_RESULT_CACHE - 1) (the cache's default of 4 allows the default S of 3).
+      if (v >= 1 && v <= 64) o.staleness = static_cast<std::uint32_t>(v);
     }
     return o;
   }();

@@ -29,7 +29,7 @@ struct PreMulSum {
 struct ShimOptions {
   bool defer = false;           // ANTDT_NCCL_LATE=defer
   bool partial = false;         // ANTDT_NCCL_LATE=wait or defer: AllReduce as a partial collective
-  std::uint32_t staleness = 2;  // ANTDT_NCCL_STALENESS (1..3)
+  std::uint32_t staleness = 3;  // ANTDT_NCCL_STALENESS (1..64; in effect at most ANTDT_RESULT_CACHE - 1)
   bool steps = true;            // ANTDT_NCCL_STEPS=0: no Monitor step per AllReduce
 };
 const ShimOptions& shim_options();
