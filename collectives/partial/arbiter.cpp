@@ -307,6 +307,7 @@ void Arbiter::on_arrival(const Arrival& a, Clock::time_point now, std::vector<Ou
     s.role = Role::catch_up;
   finish_stragglers_if_run_over();
   record_compute(a);
+  if (stale_synchronous_ && s.role != Role::absent) announce_deposits(a.rank, out);
   maybe_close(now, out);
   maybe_finish(out);
   if (!resolving_.empty()) resolve_all(now, out);  // it completed the steps up to a.holds
@@ -347,6 +348,17 @@ bool Arbiter::deposit_lands(const Deposit& d, bool holder_contributes) {
   return lands;
 }
 
+void Arbiter::announce_deposits(int rank, std::vector<Out>& out) {
+  auto& s = ranks_[static_cast<std::size_t>(rank)];
+  if (s.announced == s.held.size()) return;
+  Incoming incoming;
+  incoming.deposits.assign(s.held.begin() + static_cast<std::ptrdiff_t>(s.announced), s.held.end());
+  s.announced = s.held.size();
+  auto& o = out.emplace_back();
+  o.rank = rank;
+  o.message.emplace<Incoming>(std::move(incoming));
+}
+
 bool Arbiter::answer_late(const Arrival& a, Clock::time_point now, std::vector<Out>& out) {
   auto& s = ranks_[static_cast<std::size_t>(a.rank)];
   Late late;
@@ -372,9 +384,14 @@ bool Arbiter::answer_late(const Arrival& a, Clock::time_point now, std::vector<O
   late.fetches = std::move(s.ahead);
   s.ahead.clear();
   late.classes = classes();
+  const int depositary = late.depositary, backup = late.backup;
   auto& o = out.emplace_back();
   o.rank = a.rank;
   o.message.emplace<Late>(std::move(late));
+  // Its holders post their receives at once (a holder computing now reads
+  // this at its next call), and so does this rank for what it holds itself.
+  for (int holder : {a.rank, depositary, backup})
+    if (holder >= 0) announce_deposits(holder, out);
   maybe_close(now, out);  // its arrival may be what the bound waited for
   return true;
 }
@@ -518,6 +535,7 @@ void Arbiter::close_step(std::vector<Out>& out) {
       d.deposits.push_back(dep);
     }
     s.held.clear();
+    s.announced = 0;
     d.fetches.insert(d.fetches.end(), s.ahead.begin(), s.ahead.end());
     s.ahead.clear();
   }
@@ -587,6 +605,7 @@ void Arbiter::maybe_finish(std::vector<Out>& out) {
       d.deposits.push_back(dep);
     }
     s.held.clear();
+    s.announced = 0;
     const std::uint64_t until = s.ahead.empty() ? 0 : s.ahead.front().step - 1;
     d.fetches.insert(d.fetches.end(), s.ahead.begin(), s.ahead.end());
     s.ahead.clear();

@@ -78,6 +78,7 @@ class Arbiter {
     std::uint64_t included_at = 0;   // as a catch-up: its contribution is in this step's result after all
     // Stale-synchronous defer (docs/partial.md#stale-synchronous-defer):
     std::vector<Deposit> held;  // late ranks' contributions it adds to its own at its next contribution
+    std::size_t announced = 0;  // held[0, announced) were sent to it in an Incoming
     std::vector<Fetch> ahead;   // results pushed ahead to it that it has not been told to receive yet
   };
 
@@ -98,6 +99,9 @@ class Arbiter {
   bool deposit_lands(const Deposit& d, bool holder_contributes);
   bool contributes(int rank) const;
   void record_compute(const Arrival& a);
+  // Stale-synchronous: tells `rank` of the deposits it holds that it was not
+  // told of yet (its receives then overlap its wait for the step to close).
+  void announce_deposits(int rank, std::vector<Out>& out);
   std::vector<StragglerClass> classes() const;
   void close_step(std::vector<Out>& out);
   void maybe_finish(std::vector<Out>& out);

@@ -15,6 +15,8 @@ namespace {
 // waiting a whole poll slice (100 ms, measured); a 1 ms tick bounds that wait
 // at a few microseconds of work per tick.
 constexpr auto kTick = std::chrono::milliseconds(1);
+// Buffers kept for reuse: about the batches in flight at the staleness bound.
+constexpr std::size_t kSpareBuffers = 8;
 
 }  // namespace
 
@@ -71,6 +73,19 @@ void AsyncSends::post(const Signature& sig, std::uint64_t seq, std::vector<std::
   changed_.notify_all();
 }
 
+std::vector<std::byte> AsyncSends::take(std::size_t bytes) {
+  std::vector<std::byte> buffer;
+  {
+    std::lock_guard lock(mu_);
+    if (!spare_.empty()) {
+      buffer = std::move(spare_.back());
+      spare_.pop_back();
+    }
+  }
+  buffer.resize(bytes);
+  return buffer;
+}
+
 // Whether every send of `batch` completed (one progress pass of the transport).
 bool AsyncSends::finished(Batch& batch) {
   for (std::size_t i = 0; i < batch.count; ++i)
@@ -102,7 +117,10 @@ void AsyncSends::run() {
     if (complete || failed) {
       // Goes while the lock is held: drain() never sees half a batch. A
       // failed one's Call cancels what is still in flight.
+      auto done = std::move(batches_.front());
       batches_.pop_front();
+      done->call.reset();
+      if (complete && spare_.size() < kSpareBuffers) spare_.push_back(std::move(done->data));
       changed_.notify_all();
       continue;
     }

@@ -42,6 +42,9 @@ class AsyncSends {
     std::size_t offset = 0;
     std::size_t bytes = 0;
   };
+  // A buffer of `bytes` for post(): one that an earlier batch finished with
+  // when there is one (no allocation and no page faults per step once warm).
+  std::vector<std::byte> take(std::size_t bytes);
   // Takes `data` and posts `messages` (slices of it) under (sig, seq), in
   // order, then returns. Rethrows a failure of an earlier batch first.
   void post(const Signature& sig, std::uint64_t seq, std::vector<std::byte> data, std::span<const Message> messages);
@@ -61,6 +64,7 @@ class AsyncSends {
   mutable std::mutex mu_;
   std::condition_variable changed_;
   std::deque<std::unique_ptr<Batch>> batches_;  // in posting order; the front is the one waited for
+  std::vector<std::vector<std::byte>> spare_;   // buffers of finished batches, for take()
   std::exception_ptr failure_;
   bool stop_ = false;
   std::thread thread_;  // started by the first post

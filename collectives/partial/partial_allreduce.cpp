@@ -33,6 +33,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <type_traits>
 
 #include <poll.h>
@@ -128,8 +129,17 @@ class PartialState final : public detail::CollectiveState {
   std::vector<std::uint64_t> saved_steps;
   std::vector<StepInfo> saved_info;
   std::vector<std::byte> contribution;
-  // Stale-synchronous defer: deposits received as a depositary (scratch, reused).
-  std::vector<std::vector<std::byte>> deposits_in;
+  // Stale-synchronous defer: the receives of deposits this rank holds, posted
+  // when the arbiter announced them (Incoming) or at the latest with the
+  // decision that lists them, in the arbiter's order; and scratch.
+  struct DepositIn {
+    std::int32_t from = -1;
+    std::uint64_t step = 0;
+    std::vector<std::byte> data;
+    detail::OpSlot slot;  // never moved (a deque's elements stay put)
+    std::optional<Call> call;
+  };
+  std::deque<DepositIn> deposits_in;
   std::vector<std::byte> combined;
   // Deposits and pushes ahead in flight. Last: it goes first, while the
   // transport and everything else here are still alive.
@@ -189,6 +199,21 @@ void raise_if_failure(detail::CommImpl& comm, const partial::FromArbiter& messag
   }
 }
 
+// Stale-synchronous defer: posts the receive of a deposit this rank holds
+// (a deposit's messages are numbered by the late rank's step).
+void post_deposit_receive(detail::CommImpl& comm, PartialState& st, const partial::Deposit& dep,
+                          const Signature& sig) {
+  Signature deposit_sig = sig;
+  deposit_sig.kind = Kind::partial_deposit;
+  auto& in = st.deposits_in.emplace_back();
+  in.from = dep.from;
+  in.step = dep.step;
+  in.data.resize(sig.count * dtype_size(sig.dtype));
+  in.slot.completion.state.store(transport::State::done);  // idle until posted
+  in.call.emplace(comm, deposit_sig, kDepositSeqBit | dep.step, std::span(&in.slot, 1));
+  in.call->recv(0, dep.from, in.data);
+}
+
 // Sends `request` to the arbiter and returns its answer: a decision, or
 // (stale-synchronous defer, a late arrival) a Late (the straggler classes
 // recorded). Abandons that come meanwhile are stale: this rank is not moving
@@ -211,6 +236,10 @@ Answer ask_arbiter_any(detail::CommImpl& comm, PartialState& st, std::span<const
                           " ms (ANTDT_TIMEOUT_MS) ", waiting_for);
     if (std::holds_alternative<partial::Abandon>(*message)) continue;
     raise_if_failure(comm, *message);
+    if (auto* incoming = std::get_if<partial::Incoming>(&*message)) {
+      for (const auto& dep : incoming->deposits) post_deposit_receive(comm, st, dep, st.last_signature);
+      continue;
+    }
     if (auto* late = std::get_if<partial::Late>(&*message)) {
       st.classes = late->classes;
       return std::move(*late);
@@ -303,31 +332,32 @@ void receive_fetches(detail::CommImpl& comm, PartialState& st, std::span<const p
   for (auto& call : calls) call.wait_all();
 }
 
-// Stale-synchronous defer: this rank is a depositary in `d`. Receives every
-// deposit handed to it (in the order the arbiter lists them, which is each
-// late rank's step order) into st.deposits_in; returns how many land (the
-// others, dropped, are only taken off the wire).
-std::size_t receive_deposits(detail::CommImpl& comm, PartialState& st, const partial::Decision& d, const Signature& sig,
-                             std::size_t bytes) {
+// Stale-synchronous defer: this rank holds deposits in `d`. Waits for each
+// (posting the receives not posted yet), in the arbiter's order, which is each
+// late rank's step order; st.deposits_in's first entries are then `d`'s, in
+// its order. Dropped ones are only taken off the wire. Returns how many there are.
+std::size_t receive_deposits(detail::CommImpl& comm, PartialState& st, const partial::Decision& d, const Signature& sig) {
   const int me = comm.rank();
-  Signature deposit_sig = sig;
-  deposit_sig.kind = Kind::partial_deposit;
-  auto slots = std::make_unique<detail::OpSlot[]>(d.deposits.size());
-  std::deque<Call> calls;
-  std::size_t landing = 0;
+  std::size_t i = 0;
   for (const auto& dep : d.deposits) {
     if (dep.to != me) continue;
-    if (st.deposits_in.size() <= calls.size()) st.deposits_in.emplace_back();
-    auto& buffer = st.deposits_in[calls.size()];
-    buffer.resize(bytes);
-    auto& slot = slots[calls.size()];
-    slot.completion.state.store(transport::State::done);
-    auto& call = calls.emplace_back(comm, deposit_sig, kDepositSeqBit | dep.step, std::span(&slot, 1));
-    call.recv(0, dep.from, buffer);
-    landing += dep.drop ? 0 : 1;
+    if (i == st.deposits_in.size()) post_deposit_receive(comm, st, dep, sig);
+    auto& in = st.deposits_in[i++];
+    if (in.from != dep.from || in.step != dep.step)
+      raise<InternalError>("partial collectives: rank ", me, " posted the deposit of rank ", in.from, " for step ",
+                           in.step, " but step ", d.step, " lists rank ", dep.from, "'s for step ", dep.step);
   }
-  for (auto& call : calls) call.wait_all();
-  return landing;
+  for (std::size_t k = 0; k < i; ++k) {
+    auto& in = st.deposits_in[k];
+    in.call->restart_deadline();  // posted early: bounded from now
+    in.call->wait_all();
+  }
+  return i;
+}
+
+// The deposits of the last step are added (or discarded): their receives go.
+void release_deposits(PartialState& st, std::size_t n) {
+  for (std::size_t k = 0; k < n; ++k) st.deposits_in.pop_front();
 }
 
 // The contributors of a step reduce `send` into `result` with the algorithm
@@ -376,7 +406,7 @@ void land_deposits(Call& ring, PartialState& st, const partial::Decision& d, con
   for (const auto& dep : d.deposits) {
     if (!dep.drop) ++contributions;
     if (dep.to != me) continue;
-    auto& in = st.deposits_in[i++];
+    auto& in = st.deposits_in[i++].data;
     if (dep.drop) continue;
     if (weighted) scale_into(sig.dtype, in, in, dep.weight);
     reduce_into(sig.dtype, sig.op == ReduceOp::avg ? ReduceOp::sum : sig.op, combined, combined, in);
@@ -406,7 +436,7 @@ void push_ahead(detail::CommImpl& comm, PartialState& st, const partial::Decisio
                 std::size_t bytes) {
   if (!st.cache.has(d.step))
     raise<InternalError>("partial collectives: rank ", comm.rank(), " serves step ", d.step, " but does not hold it");
-  std::vector<std::byte> data(bytes + sizeof(StepInfo));
+  std::vector<std::byte> data = st.async_sends(comm).take(bytes + sizeof(StepInfo));
   if (bytes > 0) std::memcpy(data.data(), st.cache.get(d.step).data(), bytes);
   std::memcpy(data.data() + bytes, &st.info[d.step % st.info.size()], sizeof(StepInfo));
   std::vector<partial::AsyncSends::Message> messages;
@@ -476,7 +506,7 @@ void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision
   receive_fetches(comm, st, d.fetches, sig);
   const bool holds_deposits =
       std::any_of(d.deposits.begin(), d.deposits.end(), [&](const auto& dep) { return dep.to == me; });
-  if (holds_deposits) receive_deposits(comm, st, d, sig, bytes);
+  const std::size_t held_here = holds_deposits ? receive_deposits(comm, st, d, sig) : 0;
   // 1. Late ranks post their receives first: the server's sends then always find them.
   std::size_t index = 0;
   for (const auto& c : d.catchups) {
@@ -539,6 +569,7 @@ void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision
     }
     ring.wait_all();
   }
+  release_deposits(st, held_here);
   // 3. The server sends late ranks what they missed (and this step's result to those not in the ring).
   if (d.server == me) {
     if (contributes && !finishing && own_result != nullptr) {
@@ -657,7 +688,7 @@ PartialResult partial_step(detail::CommImpl& comm, const void* send, void* recv,
     // while the caller computes), and the result of `next` at once.
     receive_fetches(comm, st, late->fetches, sig);
     if (late->depositary >= 0) {
-      std::vector<std::byte> data(bytes);
+      std::vector<std::byte> data = st.async_sends(comm).take(bytes);
       if (bytes > 0) std::memcpy(data.data(), send, bytes);
       std::vector<partial::AsyncSends::Message> to{{late->depositary, 0, bytes}};
       if (late->backup >= 0) to.push_back({late->backup, 0, bytes});

@@ -9,8 +9,8 @@ namespace antdt::coll::partial {
 namespace {
 
 constexpr std::uint32_t kMagic = 0x50544441;  // "ADTP"
-constexpr std::uint16_t kVersion = 3;  // 2: dead ranks (holds, retry, generation, abandon); 3: deposits, pushes ahead, late
-enum class Kind : std::uint16_t { arrival = 1, finish = 2, decision = 3, failure = 4, abandon = 5, late = 6 };
+constexpr std::uint16_t kVersion = 3;  // 2: dead ranks (holds, retry, generation, abandon); 3: deposits, pushes ahead, late, incoming
+enum class Kind : std::uint16_t { arrival = 1, finish = 2, decision = 3, failure = 4, abandon = 5, late = 6, incoming = 7 };
 constexpr std::size_t kMaxReason = 4096;
 
 // The codec is core/wire_codec.hpp; these add the protocol's prefix and names.
@@ -85,6 +85,35 @@ std::vector<Fetch> get_fetches(wire::ByteReader& r, int ranks) {
   return fetches;
 }
 
+void put_deposits(wire::ByteWriter& w, const std::vector<Deposit>& deposits) {
+  w.put(static_cast<std::uint32_t>(deposits.size()));
+  for (const auto& d : deposits) {
+    w.put(d.to);
+    w.put(d.from);
+    w.put(d.step);
+    w.put(d.weight);
+    w.put(static_cast<std::uint8_t>(d.drop ? 1 : 0));
+  }
+}
+
+std::vector<Deposit> get_deposits(wire::ByteReader& r, int ranks) {
+  const auto n = r.get<std::uint32_t>();
+  std::vector<Deposit> deposits(checked_entries(r, n, ranks, kDepositBytes));
+  for (auto& d : deposits) {
+    d.to = checked_rank(r.get<std::int32_t>(), ranks);
+    d.from = checked_rank(r.get<std::int32_t>(), ranks);
+    d.step = r.get<std::uint64_t>();
+    d.weight = r.get<double>();
+    const auto drop = r.get<std::uint8_t>();
+    if (drop > 1) raise<BootstrapError>("malformed partial-collective deposit: drop flag ", int{drop});
+    d.drop = drop == 1;
+    if (d.step == 0 || d.to == d.from || !(d.weight >= 0))
+      raise<BootstrapError>("malformed partial-collective deposit: step ", d.step, ", rank ", d.from, " to ", d.to,
+                            ", weight ", d.weight);
+  }
+  return deposits;
+}
+
 std::vector<StragglerClass> get_classes(wire::ByteReader& r, int ranks) {
   std::vector<StragglerClass> classes(checked_count(r.get<std::uint32_t>(), ranks));
   for (auto& c : classes) {
@@ -143,17 +172,16 @@ Bytes encode(const Decision& m) {
   }
   put_classes(w, m.classes);
   w.put(m.generation);
-  w.put(static_cast<std::uint32_t>(m.deposits.size()));
-  for (const auto& d : m.deposits) {
-    w.put(d.to);
-    w.put(d.from);
-    w.put(d.step);
-    w.put(d.weight);
-    w.put(static_cast<std::uint8_t>(d.drop ? 1 : 0));
-  }
+  put_deposits(w, m.deposits);
   w.put(static_cast<std::uint32_t>(m.ahead.size()));
   for (auto r : m.ahead) w.put(r);
   put_fetches(w, m.fetches);
+  return w.take();
+}
+
+Bytes encode(const Incoming& m) {
+  Writer w(Kind::incoming);
+  put_deposits(w, m.deposits);
   return w.take();
 }
 
@@ -249,23 +277,16 @@ FromArbiter decode_from_arbiter(std::span<const std::byte> bytes, int ranks) {
       }
       m.classes = get_classes(r, ranks);
       m.generation = r.get<std::uint32_t>();
-      const auto deposits = r.get<std::uint32_t>();
-      m.deposits.resize(checked_entries(r, deposits, ranks, kDepositBytes));
-      for (auto& d : m.deposits) {
-        d.to = checked_rank(r.get<std::int32_t>(), ranks);
-        d.from = checked_rank(r.get<std::int32_t>(), ranks);
-        d.step = r.get<std::uint64_t>();
-        d.weight = r.get<double>();
-        const auto drop = r.get<std::uint8_t>();
-        if (drop > 1) raise<BootstrapError>("malformed partial-collective deposit: drop flag ", int{drop});
-        d.drop = drop == 1;
-        if (d.step == 0 || d.to == d.from || !(d.weight >= 0))
-          raise<BootstrapError>("malformed partial-collective deposit: step ", d.step, ", rank ", d.from, " to ", d.to,
-                                ", weight ", d.weight);
-      }
+      m.deposits = get_deposits(r, ranks);
       m.ahead.resize(checked_count(r.get<std::uint32_t>(), ranks));
       for (auto& a : m.ahead) a = checked_rank(r.get<std::int32_t>(), ranks);
       m.fetches = get_fetches(r, ranks);
+      r.end();
+      return m;
+    }
+    case Kind::incoming: {
+      Incoming m;
+      m.deposits = get_deposits(r, ranks);
       r.end();
       return m;
     }

@@ -117,6 +117,13 @@ struct Abandon {
   std::int32_t lost = -1;  // the rank that was lost
 };
 
+// arbiter -> a depositary, unasked, as soon as it is known (stale-synchronous
+// defer): deposits it will be told to receive at its next step. It posts the
+// receives at once, so the transfers overlap its wait for the step to close.
+struct Incoming {
+  std::vector<Deposit> deposits;
+};
+
 // arbiter -> rank: the call fails with this status on that rank.
 struct Failure {
   Status status = Status::internal;
@@ -129,9 +136,10 @@ Bytes encode(const Decision& m);
 Bytes encode(const Failure& m);
 Bytes encode(const Abandon& m);
 Bytes encode(const Late& m);
+Bytes encode(const Incoming& m);
 
 using ToArbiter = std::variant<Arrival, Finish>;
-using FromArbiter = std::variant<Decision, Failure, Abandon, Late>;
+using FromArbiter = std::variant<Decision, Failure, Abandon, Late, Incoming>;
 // `ranks` bounds rank fields and list lengths.
 ToArbiter decode_to_arbiter(std::span<const std::byte> bytes, int ranks);
 FromArbiter decode_from_arbiter(std::span<const std::byte> bytes, int ranks);

@@ -69,6 +69,7 @@ decision_stale = decision_head + struct.pack("<I", 2) + struct.pack("<iiQdB", 0,
 late = prefix(P, 6, V) + struct.pack("<Qii", 6, 0, 1) + struct.pack("<I", 1) + struct.pack("<iQi", 2, 5, 1) + \
     struct.pack("<I", 3) + bytes([0, 3, 2])
 abandon = prefix(P, 5, V) + struct.pack("<QIi", 7, 1, 2)
+incoming = prefix(P, 7, V) + struct.pack("<I", 1) + struct.pack("<iiQdB", 0, 2, 6, 1.0, 0)
 write("partial_protocol", "arrival", bytes([64 | 3]) + arrival)
 write("partial_protocol", "arrival_retry", bytes([64 | 3]) + retry)
 write("partial_protocol", "finish", bytes([64 | 3]) + finish)
@@ -77,6 +78,7 @@ write("partial_protocol", "decision", bytes([3]) + decision)
 write("partial_protocol", "abandon", bytes([3]) + abandon)
 write("partial_protocol", "decision_stale_synchronous", bytes([3]) + decision_stale)
 write("partial_protocol", "late", bytes([3]) + late)
+write("partial_protocol", "incoming", bytes([3]) + incoming)
 write("partial_protocol", "arrival_bad_rank", bytes([64 | 0]) + arrival)
 
 # coordinator wire: first byte selects the decoder (fuzz_coordinator_wire.cpp)

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <tuple>
 #include <random>
 #include <set>
 
@@ -44,13 +45,24 @@ struct Told {
   std::vector<p::Decision> decisions;  // every decision sent to anyone, once
   std::vector<std::pair<int, p::Late>> lates;
   std::vector<p::Failure> failures;
+  // Deposits announced to each holder (Incoming), counted, and how many of
+  // them arrived after the decision that lists them (they must come before).
+  std::map<std::tuple<int, int, std::uint64_t>, int> announced;  // (holder, from, step)
+  int announced_late = 0;
 };
 
 void collect(std::vector<p::Arbiter::Out>& out, Told& told) {
   std::set<std::uint64_t> seen;
   for (auto& o : out) {
     if (auto* d = std::get_if<p::Decision>(&o.message)) {
+      for (const auto& dep : d->deposits)
+        if (dep.to == o.rank && told.announced.count({dep.to, dep.from, dep.step}) == 0) ++told.announced_late;
       if (seen.insert(d->step).second) told.decisions.push_back(*d);
+    } else if (auto* in = std::get_if<p::Incoming>(&o.message)) {
+      for (const auto& dep : in->deposits) {
+        EXPECT_EQ(dep.to, o.rank);
+        ++told.announced[{dep.to, dep.from, dep.step}];
+      }
     } else if (auto* l = std::get_if<p::Late>(&o.message)) {
       told.lates.emplace_back(o.rank, *l);
     } else if (auto* f = std::get_if<p::Failure>(&o.message)) {
@@ -153,6 +165,11 @@ TEST(ArbiterStaleSynchronous, LateRankIsAnsweredAtOnceAndStaysWithinTheBound) {
     EXPECT_EQ(landed[step], 1) << "deposit of rank 2's step " << step;
   }
   EXPECT_GT(backups, 0u) << "no deposit had a backup: the test did not exercise it";
+  // Every holder was told of each deposit once, before the decision that lists it.
+  EXPECT_EQ(told.announced_late, 0);
+  for (const auto& [key, n] : told.announced) EXPECT_EQ(n, 1) << "announced " << n << " times";
+  for (const auto& [key, n] : received)
+    EXPECT_EQ(told.announced.count({key.second, 2, key.first}), 1u) << "step " << key.first << " at " << key.second;
   for (const auto& [key, n] : received) EXPECT_EQ(n, 1) << "step " << key.first << " at rank " << key.second;
   // Every result pushed ahead to rank 2 is fetched once, from its server.
   std::map<std::uint64_t, int> fetched;
@@ -292,6 +309,11 @@ TEST(PartialProtocol, StaleSynchronousFieldsRoundTrip) {
   ASSERT_EQ(lb.fetches.size(), 2u);
   EXPECT_EQ(lb.fetches[1].server, 1);
   EXPECT_EQ(lb.classes[2], StragglerClass::transient);
+  p::Incoming incoming{{{1, 2, 7, 2.0, false}}};
+  const auto ib = std::get<p::Incoming>(p::decode_from_arbiter(p::encode(incoming), 3));
+  ASSERT_EQ(ib.deposits.size(), 1u);
+  EXPECT_EQ(ib.deposits[0].step, 7u);
+  EXPECT_EQ(ib.deposits[0].weight, 2.0);
   // A deposit to its own sender, a fetch of step 0, a rank out of range, or a
   // count beyond the bytes left are garbage.
   auto bad = d;
