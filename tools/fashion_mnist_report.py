@@ -42,6 +42,7 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("dirs", nargs="+")
     args = p.parse_args()
+    os.makedirs(args.out, exist_ok=True)
     runs = [load(d) for d in args.dirs if os.path.exists(os.path.join(d, "summary.json"))]
     missing = [d for d in args.dirs if not os.path.exists(os.path.join(d, "summary.json"))]
     for d in missing:
