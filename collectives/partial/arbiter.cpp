@@ -339,13 +339,17 @@ bool Arbiter::contributes(int rank) const {
   return role == Role::on_time || role == Role::deferred;
 }
 
-bool Arbiter::deposit_lands(const Deposit& d, bool holder_contributes) {
+Arbiter::DepositFate Arbiter::settle_deposit(const Deposit& d, bool holder_contributes) {
   auto it = deposits_.find({d.from, d.step});
   ANTDT_ASSERT(it != deposits_.end());
-  const bool lands = holder_contributes && !it->second.landed;
-  it->second.landed |= lands;
-  if (--it->second.pending == 0) deposits_.erase(it);
-  return lands;
+  DepositFate fate;
+  fate.lands = holder_contributes && !it->second.landed;
+  it->second.landed |= fate.lands;
+  if (--it->second.pending == 0) {
+    fate.lost = !it->second.landed;
+    deposits_.erase(it);
+  }
+  return fate;
 }
 
 void Arbiter::announce_deposits(int rank, std::vector<Out>& out) {
@@ -531,7 +535,11 @@ void Arbiter::close_step(std::vector<Out>& out) {
     // (A holder that arrived with weight 0 does not contribute: the other
     // holder may still land the deposit; with no other, it is lost.)
     for (auto dep : s.held) {
-      dep.drop = !deposit_lands(dep, contributes(r));
+      const auto fate = settle_deposit(dep, contributes(r));
+      dep.drop = !fate.lands;
+      if (fate.lost)
+        ANTDT_WARN("partial collectives: the contribution of rank ", dep.from, " for step ", dep.step,
+                   " is lost: its holder, rank ", r, ", arrived with weight 0");
       d.deposits.push_back(dep);
     }
     s.held.clear();
@@ -599,9 +607,7 @@ void Arbiter::maybe_finish(std::vector<Out>& out) {
     // up to the first of them.
     for (auto dep : s.held) {
       dep.drop = true;
-      const auto it = deposits_.find({dep.from, dep.step});
-      dropped += it != deposits_.end() && !it->second.landed && it->second.pending == 1 ? 1 : 0;
-      deposit_lands(dep, false);
+      dropped += settle_deposit(dep, false).lost ? 1 : 0;
       d.deposits.push_back(dep);
     }
     s.held.clear();

@@ -94,9 +94,14 @@ class Arbiter {
   // The rank most likely to contribute soonest (present at the open step, else
   // the one furthest ahead), other than `late` and `besides`; -1 if none is active.
   int choose_depositary(int late, int besides = -1) const;
-  // A held deposit's fate at `holder` when a step closes: it lands there when
-  // the holder contributes and its other holder has not landed it.
-  bool deposit_lands(const Deposit& d, bool holder_contributes);
+  // A held deposit's fate at its holder when a step closes (or the run ends):
+  // it lands there when the holder contributes and its other holder has not
+  // landed it; lost when this was its last holder and it never landed.
+  struct DepositFate {
+    bool lands = false;
+    bool lost = false;
+  };
+  DepositFate settle_deposit(const Deposit& d, bool holder_contributes);
   bool contributes(int rank) const;
   void record_compute(const Arrival& a);
   // Stale-synchronous: tells `rank` of the deposits it holds that it was not

@@ -129,11 +129,6 @@ void AsyncSends::run() {
   log::set_thread_rank(-1);
 }
 
-bool AsyncSends::idle() const {
-  std::lock_guard lock(mu_);
-  return batches_.empty();
-}
-
 void AsyncSends::drain() {
   std::unique_lock lock(mu_);
   const auto timeout = comm_.config().timeout;

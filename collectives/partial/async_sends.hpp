@@ -51,7 +51,6 @@ class AsyncSends {
   // Waits until every batch posted so far completed (each receiver took its
   // message), bounded by ANTDT_TIMEOUT_MS; rethrows a failure.
   void drain();
-  bool idle() const;
 
  private:
   struct Batch;

@@ -140,6 +140,7 @@ class PartialState final : public detail::CollectiveState {
     std::optional<Call> call;
   };
   std::deque<DepositIn> deposits_in;
+  std::vector<std::vector<std::byte>> spare_deposit_buffers;  // of released deposits, reused
   std::vector<std::byte> combined;
   // Deposits and pushes ahead in flight. Last: it goes first, while the
   // transport and everything else here are still alive.
@@ -199,18 +200,27 @@ void raise_if_failure(detail::CommImpl& comm, const partial::FromArbiter& messag
   }
 }
 
+// `sig` with another kind: the deposits and pushes ahead of a partial step
+// carry its count, dtype and op under tags of their own.
+Signature as_kind(Signature sig, Kind kind) {
+  sig.kind = kind;
+  return sig;
+}
+
 // Stale-synchronous defer: posts the receive of a deposit this rank holds
 // (a deposit's messages are numbered by the late rank's step).
 void post_deposit_receive(detail::CommImpl& comm, PartialState& st, const partial::Deposit& dep,
                           const Signature& sig) {
-  Signature deposit_sig = sig;
-  deposit_sig.kind = Kind::partial_deposit;
   auto& in = st.deposits_in.emplace_back();
   in.from = dep.from;
   in.step = dep.step;
+  if (!st.spare_deposit_buffers.empty()) {  // no allocation per deposit once warm
+    in.data = std::move(st.spare_deposit_buffers.back());
+    st.spare_deposit_buffers.pop_back();
+  }
   in.data.resize(sig.count * dtype_size(sig.dtype));
   in.slot.completion.state.store(transport::State::done);  // idle until posted
-  in.call.emplace(comm, deposit_sig, kDepositSeqBit | dep.step, std::span(&in.slot, 1));
+  in.call.emplace(comm, as_kind(sig, Kind::partial_deposit), kDepositSeqBit | dep.step, std::span(&in.slot, 1));
   in.call->recv(0, dep.from, in.data);
 }
 
@@ -315,8 +325,7 @@ void receive_fetches(detail::CommImpl& comm, PartialState& st, std::span<const p
   const auto mine = [&](const partial::Fetch& f) { return f.rank == me; };
   const auto n = static_cast<std::size_t>(std::count_if(fetches.begin(), fetches.end(), mine));
   if (n == 0) return;
-  Signature ahead_sig = sig;
-  ahead_sig.kind = Kind::partial_ahead;
+  const Signature ahead_sig = as_kind(sig, Kind::partial_ahead);
   auto slots = std::make_unique<detail::OpSlot[]>(2 * n);
   for (std::size_t i = 0; i < 2 * n; ++i) slots[i].completion.state.store(transport::State::done);  // idle until posted
   std::deque<Call> calls;
@@ -355,9 +364,14 @@ std::size_t receive_deposits(detail::CommImpl& comm, PartialState& st, const par
   return i;
 }
 
-// The deposits of the last step are added (or discarded): their receives go.
+// The deposits of the last step are added (or discarded): their receives go,
+// their buffers are kept for the next ones.
 void release_deposits(PartialState& st, std::size_t n) {
-  for (std::size_t k = 0; k < n; ++k) st.deposits_in.pop_front();
+  for (std::size_t k = 0; k < n; ++k) {
+    st.deposits_in.front().call.reset();
+    st.spare_deposit_buffers.push_back(std::move(st.deposits_in.front().data));
+    st.deposits_in.pop_front();
+  }
 }
 
 // The contributors of a step reduce `send` into `result` with the algorithm
@@ -389,10 +403,12 @@ void reduce_among(Call& ring, SelectionInput input, const std::byte* send, std::
 // Stale-synchronous defer: a step into which deposits land. Each depositary
 // adds the deposits it received (st.deposits_in, in decision order) to its own
 // contribution; the contributors then reduce as usual. avg: with equal weights
-// a sum divided by the number of contributions, else sum(w_i * g_i) / sum(w_i).
+// a sum divided by the number of contributions (the contributors and the
+// deposits that land), else sum(w_i * g_i) / sum(w_i).
 void land_deposits(Call& ring, PartialState& st, const partial::Decision& d, const std::byte* send,
                    std::byte* own_result, std::size_t count, const Signature& sig, const SelectionInput& input,
-                   const std::vector<int>& members, double my_weight, double total, bool equal_weights) {
+                   const std::vector<int>& members, double my_weight, double total, bool equal_weights,
+                   std::size_t contributions) {
   const int me = ring.rank();
   const std::size_t bytes = count * dtype_size(sig.dtype);
   const bool weighted = sig.op == ReduceOp::avg && !equal_weights;
@@ -402,9 +418,8 @@ void land_deposits(Call& ring, PartialState& st, const partial::Decision& d, con
     scale_into(sig.dtype, combined, std::span(send, bytes), my_weight);
   else if (bytes > 0)
     std::memcpy(combined.data(), send, bytes);
-  std::size_t i = 0, contributions = d.contributors.size();
+  std::size_t i = 0;
   for (const auto& dep : d.deposits) {
-    if (!dep.drop) ++contributions;
     if (dep.to != me) continue;
     auto& in = st.deposits_in[i++].data;
     if (dep.drop) continue;
@@ -444,9 +459,7 @@ void push_ahead(detail::CommImpl& comm, PartialState& st, const partial::Decisio
     messages.push_back({r, 0, bytes});
     messages.push_back({r, bytes, sizeof(StepInfo)});
   }
-  Signature ahead_sig = sig;
-  ahead_sig.kind = Kind::partial_ahead;
-  st.async_sends(comm).post(ahead_sig, kAheadSeqBit | d.step, std::move(data), messages);
+  st.async_sends(comm).post(as_kind(sig, Kind::partial_ahead), kAheadSeqBit | d.step, std::move(data), messages);
 }
 
 // Runs the data movement of one decision at this rank. `own_result` is where
@@ -550,7 +563,7 @@ void move_data(detail::CommImpl& comm, PartialState& st, const partial::Decision
       (*reduce)(ring, d.contributors, send, own_result);
     } else if (landing_all > 0) {
       land_deposits(ring, st, d, send, own_result, count, sig, input, members, contributor->weight, total,
-                    equal_weights);
+                    equal_weights, d.contributors.size() + landing_all);
     } else if (sig.op != ReduceOp::avg || equal_weights) {
       // With every rank and equal weights, the algorithm a plain allreduce
       // would choose: the result is then bit-identical to it (invariant 5).
@@ -676,12 +689,10 @@ PartialResult partial_step(detail::CommImpl& comm, const void* send, void* recv,
   arrival.staleness = opts.staleness;
   arrival.stale_synchronous = opts.stale_synchronous;
   arrival.holds = st.latest;
-  const auto ask = [&] {
-    return ask_arbiter(comm, st, partial::encode(arrival),
-                       cat("for the decision on step ", next, "; are enough ranks calling partial_allreduce?"));
-  };
-  Answer answer = ask_arbiter_any(comm, st, partial::encode(arrival),
-                                  cat("for the decision on step ", next, "; are enough ranks calling partial_allreduce?"));
+  const std::string waiting_for =
+      cat("for the decision on step ", next, "; are enough ranks calling partial_allreduce?");
+  const auto ask = [&] { return ask_arbiter(comm, st, partial::encode(arrival), waiting_for); };
+  Answer answer = ask_arbiter_any(comm, st, partial::encode(arrival), waiting_for);
   if (auto* late = std::get_if<partial::Late>(&answer)) {
     // Stale-synchronous defer, late: the results pushed ahead to this rank,
     // then its contribution handed to the depositary (a copy, in flight
@@ -692,9 +703,7 @@ PartialResult partial_step(detail::CommImpl& comm, const void* send, void* recv,
       if (bytes > 0) std::memcpy(data.data(), send, bytes);
       std::vector<partial::AsyncSends::Message> to{{late->depositary, 0, bytes}};
       if (late->backup >= 0) to.push_back({late->backup, 0, bytes});
-      Signature deposit_sig = sig;
-      deposit_sig.kind = Kind::partial_deposit;
-      st.async_sends(comm).post(deposit_sig, kDepositSeqBit | next, std::move(data), to);
+      st.async_sends(comm).post(as_kind(sig, Kind::partial_deposit), kDepositSeqBit | next, std::move(data), to);
     }
     const auto answered_at = Clock::now();
     st.last_transfer_s = 0;
