@@ -164,6 +164,8 @@ constexpr std::array<std::pair<std::string_view, AllreduceAlgo>, 5> kAlgos{{
     {"hierarchical", AllreduceAlgo::hierarchical}}};
 constexpr std::array<std::pair<std::string_view, GpuPath>, 4> kGpuPaths{{
     {"auto", GpuPath::automatic}, {"ipc", GpuPath::ipc}, {"staged", GpuPath::staged}, {"direct", GpuPath::direct}}};
+constexpr std::array<std::pair<std::string_view, PartialArbiter>, 3> kPartialArbiters{{
+    {"auto", PartialArbiter::automatic}, {"rank0", PartialArbiter::rank0}, {"coordinator", PartialArbiter::coordinator}}};
 constexpr std::array<std::pair<std::string_view, ProgressMode>, 3> kProgressModes{{
     {"auto", ProgressMode::automatic}, {"spin", ProgressMode::spin}, {"wake", ProgressMode::wake}}};
 constexpr std::array<std::pair<std::string_view, bool>, 2> kAsyncProgress{{{"thread", true}, {"caller", false}}};
@@ -428,6 +430,7 @@ Config Config::from_env(const Lookup& lookup) {
   if (auto v = env.real("ANTDT_PARTIAL_GRACE_MS", 0, 600000, false)) c.partial_grace_ms = *v;
   if (auto v = env.integer("ANTDT_RESULT_CACHE", 2, 1024, "results")) c.result_cache = static_cast<std::size_t>(*v);
   if (auto v = env.integer("ANTDT_PARTIAL_WARMUP", 0, 100000, "steps")) c.partial_warmup = static_cast<int>(*v);
+  if (auto v = env.choice("ANTDT_PARTIAL_ARBITER", kPartialArbiters)) c.partial_arbiter = *v;
   if (auto v = env.bytes("ANTDT_PS_PARTITION_BYTES", kMinChunkBytes, kMaxChunkBytes)) {
     c.ps_partition_bytes = static_cast<std::size_t>(*v);
   }
@@ -454,6 +457,10 @@ Config Config::from_env(const Lookup& lookup) {
   }
   if (c.coordinator_embedded && c.coordinator.empty())
     raise<ConfigError>("ANTDT_COORDINATOR_EMBEDDED=1 needs ANTDT_COORDINATOR=host:port (where rank 0 listens)");
+  if (c.partial_arbiter == PartialArbiter::coordinator &&
+      (c.coordinator.empty() || c.coordinator_embedded || c.secret.empty()))
+    raise<ConfigError>("ANTDT_PARTIAL_ARBITER=coordinator needs an antdt-coordinator apart: ANTDT_COORDINATOR=host:port "
+                       "(without ANTDT_COORDINATOR_EMBEDDED=1) and ANTDT_SECRET, the secret the ranks prove to it");
   if (auto v = env.get("ANTDT_COORDINATOR_CHECKPOINT")) c.coordinator_checkpoint = *v;
   if (auto v = env.real("ANTDT_COORDINATOR_CHECKPOINT_S", 0, 86400, true)) {
     c.coordinator_checkpoint_interval = std::chrono::milliseconds(std::max<long long>(1, std::llround(*v * 1000)));
@@ -474,6 +481,22 @@ Config Config::from_process_env() {
     if (value == nullptr) return std::nullopt;
     return std::string(value);
   });
+}
+
+bool Config::external_arbiter() const noexcept {
+  const bool apart = !coordinator.empty() && !coordinator_embedded && !secret.empty();
+  return partial_arbiter == PartialArbiter::coordinator || (partial_arbiter == PartialArbiter::automatic && apart);
+}
+
+std::array<std::byte, 16> Config::secret_bytes(std::string_view who) const {
+  if (secret.empty())
+    raise<ConfigError>(who, " needs ANTDT_SECRET=<32 hex digits>: the secret every rank proves to it");
+  // Validated when read: exactly 32 lower-case hex digits.
+  std::array<std::byte, 16> out{};
+  auto nibble = [](char c) { return static_cast<unsigned>(c <= '9' ? c - '0' : c - 'a' + 10); };
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out[i] = static_cast<std::byte>(nibble(secret[2 * i]) << 4 | nibble(secret[2 * i + 1]));
+  return out;
 }
 
 std::vector<std::string> Config::describe() const {
@@ -514,6 +537,7 @@ std::vector<std::string> Config::describe() const {
   lines.push_back(cat("ANTDT_PARTIAL_GRACE_MS=", partial_grace_ms));
   lines.push_back(cat("ANTDT_RESULT_CACHE=", result_cache));
   lines.push_back(cat("ANTDT_PARTIAL_WARMUP=", partial_warmup));
+  lines.push_back(cat("ANTDT_PARTIAL_ARBITER=", name_of(partial_arbiter, kPartialArbiters)));
   lines.push_back(cat("ANTDT_PS_PARTITION_BYTES=", format_bytes(ps_partition_bytes)));
   lines.push_back(cat("ANTDT_DDS_SHARD_SIZE=", dds_shard_size));
   lines.push_back(cat("ANTDT_DDS_SEED=", dds_seed));

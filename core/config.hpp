@@ -3,6 +3,7 @@
 // accepted values. docs/configuration.md documents each one.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <functional>
@@ -21,6 +22,8 @@ enum class ProgressMode { automatic, spin, wake };  // ANTDT_PROGRESS
 enum class BindMode { automatic, none, cores, numa };  // ANTDT_BIND
 enum class AllreduceAlgo { automatic, ring, recursive_doubling, shm, hierarchical };  // ANTDT_ALGO (docs/collectives.md)
 enum class GpuPath { automatic, ipc, staged, direct };  // ANTDT_GPU_PATH (docs/gpu.md)
+// Where the partial collectives' arbiter runs (ANTDT_PARTIAL_ARBITER, docs/partial.md#where-the-arbiter-runs).
+enum class PartialArbiter { automatic, rank0, coordinator };
 
 struct Config {
   LogLevel log_level = LogLevel::warn;                       // ANTDT_DEBUG=ERROR|WARN|INFO|TRACE
@@ -63,6 +66,13 @@ struct Config {
   double partial_grace_ms = 0;          // ANTDT_PARTIAL_GRACE_MS, [0, 600000]: 0 = from the Monitor
   std::size_t result_cache = 4;         // ANTDT_RESULT_CACHE, 2..1024 results kept for late ranks
   int partial_warmup = 5;               // ANTDT_PARTIAL_WARMUP, 0..100000 steps run as BSP while the Monitor learns
+  // ANTDT_PARTIAL_ARBITER=auto|rank0|coordinator: auto = the external coordinator's (ANTDT_COORDINATOR without
+  // ANTDT_COORDINATOR_EMBEDDED=1) when there is one, else communicator rank 0.
+  PartialArbiter partial_arbiter = PartialArbiter::automatic;
+  // The arbiter is the external antdt-coordinator's (resolves `automatic`).
+  bool external_arbiter() const noexcept;
+  // The 16 bytes of ANTDT_SECRET; ConfigError saying `who` needs it when it is unset.
+  std::array<std::byte, 16> secret_bytes(std::string_view who) const;
 
   // Push-pull (parameter-server mode, docs/collectives.md#push-pull).
   std::size_t ps_partition_bytes = 4u << 20;  // ANTDT_PS_PARTITION_BYTES, 4K..1G, K/M/G suffixes: tensor partition size

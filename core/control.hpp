@@ -10,6 +10,7 @@
 
 #include "core/net.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -32,6 +33,8 @@ class Link {
   explicit Link(net::Fd fd) : fd_(std::move(fd)) {}
   explicit operator bool() const noexcept { return static_cast<bool>(fd_); }
   int fd() const noexcept { return fd_.get(); }
+  // The descriptor, handed on (the link is empty after).
+  net::Fd release() noexcept { return std::move(fd_); }
 
   void send(std::span<const std::byte> payload, Deadline deadline);
   // One whole frame; nullopt when nothing started to arrive before the deadline.
@@ -47,6 +50,8 @@ class Hub {
  public:
   explicit Hub(std::vector<net::Fd> links);
   int size() const noexcept { return static_cast<int>(links_.size()); }
+  // Links not yet seen closed.
+  int open_count() const noexcept { return static_cast<int>(std::count(open_.begin(), open_.end(), true)); }
   void send(int rank, std::span<const std::byte> payload, Deadline deadline);
 
   struct Message {
@@ -73,6 +78,9 @@ std::pair<net::Fd, net::Fd> socket_pair();
 struct Endpoints {
   net::Fd client;               // this rank's link to the arbiter
   std::vector<net::Fd> server;  // rank 0 only: the arbiter's link to every rank (index = rank)
+  // The communicator's UniqueId, for a link to an arbiter outside the ranks
+  // (collectives/partial/arbiter_link.hpp); empty when it was made without one.
+  std::vector<std::byte> unique_id;
   explicit operator bool() const noexcept { return static_cast<bool>(client); }
 };
 

@@ -146,13 +146,16 @@ Communicator create_with(const UniqueId& id, int rank, int size, const Config& c
   if (cfg.transport == "inproc") {
     auto group = inproc_group_for(id, size);
     auto t = with_faults(transport::make_inproc_transport(group->fabric, rank, cfg));
-    return detail::make_communicator(std::move(t), comm_id_from(id), cfg, group->take_control(rank));
+    auto control = group->take_control(rank);
+    control.unique_id.assign(id.bytes.begin(), id.bytes.end());
+    return detail::make_communicator(std::move(t), comm_id_from(id), cfg, std::move(control));
   }
   auto boot = make_tcp_bootstrap(id, rank, size, cfg.timeout, std::move(still_wanted));
   auto t = with_faults(transport::make_ucx_transport(*boot, cfg));
   const auto rank_nodes = exchange_rank_nodes(*boot, cfg);
-  return detail::make_communicator(std::move(t), comm_id_from(id), cfg, control_from(boot->take_links(), rank),
-                                   rank_nodes);
+  auto control = control_from(boot->take_links(), rank);
+  control.unique_id.assign(id.bytes.begin(), id.bytes.end());
+  return detail::make_communicator(std::move(t), comm_id_from(id), cfg, std::move(control), rank_nodes);
 }
 
 Communicator single_rank(const Config& cfg) {
@@ -161,16 +164,6 @@ Communicator single_rank(const Config& cfg) {
   Config single = cfg;
   auto t = transport::make_inproc_transport(std::make_shared<transport::InprocFabric>(1), 0, single);
   return detail::make_communicator(std::move(t), 1, single, std::move(control::make_inproc_endpoints(1).at(0)));
-}
-
-std::array<std::byte, 16> parse_secret(const std::string& hex) {
-  std::array<std::byte, 16> out{};
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    unsigned v = 0;
-    std::sscanf(hex.c_str() + 2 * i, "%2x", &v);
-    out[i] = static_cast<std::byte>(v);
-  }
-  return out;
 }
 
 // mpirun and friends start every rank with the same job id but no shared
@@ -232,7 +225,7 @@ Communicator communicator_from_env() {
       raise<ConfigError>("ANTDT_RANK/ANTDT_WORLD_SIZE need ANTDT_ROOT=host:port (where rank 0 listens) and "
                          "ANTDT_SECRET=<32 hex digits> (the same on every rank)");
     auto ep = net::parse_endpoint(cfg.root);
-    RootAddress root{ep.host, ep.port, parse_secret(cfg.secret)};
+    RootAddress root{ep.host, ep.port, cfg.secret_bytes("ANTDT_ROOT")};
     return create_with(encode_unique_id(root), *cfg.rank, *cfg.world_size, cfg, "ANTDT_RANK/ANTDT_ROOT");
   }
   auto job = launcher_ranks([](std::string_view name) -> std::optional<std::string> {

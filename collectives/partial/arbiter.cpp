@@ -696,7 +696,7 @@ std::optional<Clock::time_point> Arbiter::next_deadline() const {
 // ---------------------------------------------------------------------------
 ArbiterService::ArbiterService(std::vector<net::Fd> links, const ArbiterConfig& cfg,
                                std::chrono::milliseconds send_timeout)
-    : hub_(std::move(links)), arbiter_(cfg), send_timeout_(send_timeout) {
+    : hub_(std::move(links)), arbiter_(cfg), send_timeout_(send_timeout), thread_rank_(cfg.thread_rank) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -713,7 +713,7 @@ ArbiterService::~ArbiterService() {
 }
 
 void ArbiterService::run() {
-  log::set_thread_rank(0);
+  log::set_thread_rank(thread_rank_);
   std::vector<Arbiter::Out> out;
   try {
     while (!stop_.load()) {
@@ -725,6 +725,7 @@ void ArbiterService::run() {
         arbiter_.on_tick(now, out);
       } else if (msg->closed) {
         arbiter_.on_rank_lost(msg->rank, now, out);
+        if (hub_.open_count() == 0) break;  // nobody left to answer
       } else {
         try {
           auto m = decode_to_arbiter(msg->payload, hub_.size());
@@ -753,6 +754,7 @@ void ArbiterService::run() {
   } catch (const std::exception& e) {
     ANTDT_WARN("partial-collective arbiter stopped: ", e.what());
   }
+  ended_.store(true);
   log::set_thread_rank(-1);
 }
 

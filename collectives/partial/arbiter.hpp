@@ -33,6 +33,9 @@ struct ArbiterConfig {
   telemetry::MonitorConfig monitor;
   // How messages name a rank ("rank 2 (pid 123 on host h)"); unset: "rank 2".
   std::function<std::string(int)> describe_rank;
+  // How the arbiter thread's log lines are labelled: rank 0's thread, or -1
+  // in a process that is no rank (antdt-coordinator).
+  int thread_rank = 0;
 
   static ArbiterConfig from(const Config& cfg, int ranks);
 };
@@ -157,7 +160,8 @@ class Arbiter {
   int lost_count_ = 0;
 };
 
-// Runs an Arbiter on its own thread, serving one link per rank.
+// Runs an Arbiter on its own thread, serving one link per rank, until it is
+// destroyed or every link closed.
 class ArbiterService {
  public:
   ArbiterService(std::vector<net::Fd> links, const ArbiterConfig& cfg, std::chrono::milliseconds send_timeout);
@@ -168,6 +172,8 @@ class ArbiterService {
   // The Monitor's summary table (thread-safe: the Monitor locks).
   std::string summary() const { return arbiter_.monitor().summary_table(); }
   bool any_straggler() const;
+  // Every rank's link closed: the communicator is gone (its thread has ended).
+  bool ended() const noexcept { return ended_.load(); }
 
  private:
   void run();
@@ -176,6 +182,8 @@ class ArbiterService {
   Arbiter arbiter_;
   std::chrono::milliseconds send_timeout_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> ended_{false};
+  int thread_rank_;
   std::thread thread_;
 };
 

@@ -27,6 +27,7 @@
 #include "core/hash.hpp"
 #include "core/log.hpp"
 #include "collectives/partial/arbiter.hpp"
+#include "collectives/partial/arbiter_link.hpp"
 #include "collectives/partial/async_sends.hpp"
 #include "collectives/partial/partial_protocol.hpp"
 
@@ -93,6 +94,20 @@ class PartialState final : public detail::CollectiveState {
     if (!ctl)
       raise<UnsupportedError>("partial collectives need the control plane to the arbiter, which this communicator "
                               "was created without");
+    const Config& config = comm.config();
+    if (config.external_arbiter() && !ctl.unique_id.empty()) {
+      // The arbiter runs in antdt-coordinator, so that no rank's death takes it
+      // along (docs/partial.md#where-the-arbiter-runs). Rank 0 hosts none, and
+      // the bootstrap's connections to it are left as they are.
+      external_arbiter = config.coordinator;
+      auto hello = partial::make_arbiter_hello(partial::group_key_of(ctl.unique_id), comm.rank(), comm.size(),
+                                               partial::ArbiterConfig::from(config, comm.size()));
+      link = control::Link(partial::connect_to_arbiter(net::parse_endpoint(config.coordinator),
+                                                       config.secret_bytes("ANTDT_PARTIAL_ARBITER=coordinator"),
+                                                       std::move(hello), Clock::now() + config.timeout));
+      classes.assign(static_cast<std::size_t>(comm.size()), StragglerClass::healthy);
+      return;
+    }
     link = control::Link(std::move(ctl.client));
     if (comm.rank() == 0) {
       auto cfg = partial::ArbiterConfig::from(comm.config(), comm.size());
@@ -112,7 +127,8 @@ class PartialState final : public detail::CollectiveState {
   }
 
   control::Link link;
-  std::unique_ptr<partial::ArbiterService> arbiter;  // rank 0 only
+  std::unique_ptr<partial::ArbiterService> arbiter;  // rank 0 only, when the arbiter runs there
+  std::string external_arbiter;  // the antdt-coordinator's address when the arbiter runs there
   ResultCache cache;
   std::vector<StepInfo> info;  // per cache slot
   std::uint64_t applied = 0;   // results returned to the caller
@@ -169,8 +185,15 @@ constexpr std::uint64_t kAheadSeqBit = std::uint64_t{1} << 58;
 
 // The arbiter runs on rank 0 (its thread): a control link that closed, or
 // cannot be written, is rank 0 lost. The communicator fails for good
-// (PeerLostError naming rank 0's host and pid).
-[[noreturn]] void arbiter_lost(detail::CommImpl& comm, const Error& e) {
+// (PeerLostError naming rank 0's host and pid). An arbiter in antdt-coordinator
+// that is lost is the coordinator gone (TransportError naming its address).
+[[noreturn]] void arbiter_lost(detail::CommImpl& comm, const PartialState& st, const Error& e) {
+  if (!st.external_arbiter.empty()) {
+    const std::string reason = cat("partial collectives: rank ", comm.rank(), " lost its arbiter at antdt-coordinator ",
+                                   st.external_arbiter, " (ANTDT_COORDINATOR): ", e.what());
+    comm.mark_failed(Status::transport, reason);
+    throw_status(Status::transport, reason);
+  }
   const std::string reason = cat("partial collectives: rank ", comm.rank(), " lost the arbiter: peer ",
                                  comm.transport().describe_peer(0), " is lost (its control connection closed: ",
                                  e.what(), ")");
@@ -185,7 +208,7 @@ std::optional<partial::FromArbiter> receive_from_arbiter(detail::CommImpl& comm,
   try {
     reply = st.link.receive(deadline);
   } catch (const TransportError& e) {
-    arbiter_lost(comm, e);
+    arbiter_lost(comm, st, e);
   }
   if (!reply) return std::nullopt;
   return partial::decode_from_arbiter(*reply, comm.size());
@@ -237,7 +260,7 @@ Answer ask_arbiter_any(detail::CommImpl& comm, PartialState& st, std::span<const
   } catch (const TimeoutError&) {
     throw;
   } catch (const Error& e) {
-    arbiter_lost(comm, e);
+    arbiter_lost(comm, st, e);
   }
   for (;;) {
     auto message = receive_from_arbiter(comm, st, deadline);

@@ -41,16 +41,7 @@ CoordinatorOptions CoordinatorOptions::from(const Config& cfg, int world_size, s
   return o;
 }
 
-std::array<std::byte, 16> job_secret(const Config& cfg) {
-  if (cfg.secret.empty())
-    raise<ConfigError>("the coordinator needs ANTDT_SECRET=<32 hex digits>: the secret every rank proves to it");
-  // Config validated it: exactly 32 lower-case hex digits.
-  std::array<std::byte, 16> out{};
-  auto nibble = [](char c) { return static_cast<unsigned>(c <= '9' ? c - '0' : c - 'a' + 10); };
-  for (std::size_t i = 0; i < out.size(); ++i)
-    out[i] = static_cast<std::byte>(nibble(cfg.secret[2 * i]) << 4 | nibble(cfg.secret[2 * i + 1]));
-  return out;
-}
+std::array<std::byte, 16> job_secret(const Config& cfg) { return cfg.secret_bytes("the coordinator"); }
 
 // ---------------------------------------------------------------------------
 // Coordinator
@@ -705,7 +696,7 @@ CoordinatorService::CoordinatorService(CoordinatorOptions options, const net::En
                                        std::span<const std::byte> secret, std::chrono::milliseconds send_timeout,
                                        std::size_t max_unauthenticated)
     : max_unauthenticated_(max_unauthenticated), coordinator_(std::make_unique<Coordinator>(std::move(options))),
-      secret_(secret.begin(), secret.end()), send_timeout_(send_timeout) {
+      arbiters_(send_timeout, send_timeout), secret_(secret.begin(), secret.end()), send_timeout_(send_timeout) {
   if (max_unauthenticated_ == 0)
     max_unauthenticated_ = fit_pending_cap(
         std::max<std::size_t>(kDefaultMaxPending, static_cast<std::size_t>(coordinator_->options().world_size)));
@@ -785,6 +776,7 @@ void CoordinatorService::run() {
     // challenge is in before newer connections can push it out of the cap.
     if (rc > 0 && (fds[1].revents & POLLIN)) accept_new();
     answer_round();
+    arbiters_.tidy(Clock::now());
     std::erase_if(connections_, [](const auto& c) { return !c->link; });
     try {
       coordinator_->maybe_checkpoint();
@@ -870,6 +862,10 @@ bool CoordinatorService::handle(Connection& c, const Bytes& frame) {
   // Replies to a connection not yet authenticated are a welcome after a challenge
   // (both small): they fit its socket buffer and these sends never wait either.
   const auto deadline = Clock::now() + send_timeout_;
+  if (c.rank < 0 && coll::partial::is_arbiter_hello(frame)) {
+    hand_to_arbiter(c, frame);
+    return false;  // the link is the arbiter's now, or refused and closed
+  }
   if (c.rank < 0) {
     Welcome welcome;
     try {
@@ -955,6 +951,26 @@ bool CoordinatorService::handle(Connection& c, const Bytes& frame) {
   // Answered once the round's changes are durable (answer_round).
   pending_.push_back({&c, std::move(reply), close_after});
   return true;
+}
+
+void CoordinatorService::hand_to_arbiter(Connection& c, const Bytes& frame) {
+  coll::partial::ArbiterAnswer refusal;
+  try {
+    const auto hello = coll::partial::decode_arbiter_hello(frame);
+    // The MAC covers the challenge frame exactly as it was sent.
+    if (coll::partial::verify_arbiter_hello(secret_, encode(c.challenge), hello)) {
+      arbiters_.adopt(hello, c.link.release());
+      return;
+    }
+    refusal.reason = cat("rank ", hello.rank, " could not prove the job secret to the arbiter (wrong ANTDT_SECRET)");
+  } catch (const Error& e) {
+    refusal.reason = e.what();
+  }
+  unauthenticated_log_.warn("refused an arbiter link from ", c.peer, ": ", refusal.reason);
+  try {
+    c.link.send(encode(refusal), Clock::now() + send_timeout_);
+  } catch (const Error&) {
+  }
 }
 
 void CoordinatorService::answer_round() {

@@ -28,6 +28,7 @@
 #include "scheduler/coordinator/wire.hpp"
 #include "scheduler/dds.hpp"
 #include "scheduler/dds_store.hpp"
+#include "collectives/partial/arbiter_host.hpp"
 #include "collectives/telemetry/monitor.hpp"
 
 #include <array>
@@ -236,7 +237,9 @@ class Coordinator {
   std::optional<bool> settled_answer_locked(int rank, std::uint64_t lease, bool commit) const;
 };
 
-// Runs a Coordinator behind a TCP listener on its own thread.
+// Runs a Coordinator behind a TCP listener on its own thread. The same
+// listener takes the ranks' links to the partial collectives' arbiters, which
+// run here (one thread each) when the ranks use an antdt-coordinator apart.
 class CoordinatorService {
  public:
   // Listens on `listen` (host:port; port 0 = any). `secret`: the bytes ranks
@@ -294,7 +297,12 @@ class CoordinatorService {
   };
   void answer_round();
 
+  // An arbiter hello: the link leaves this service for the partial
+  // collectives' arbiter of its communicator (docs/partial.md#where-the-arbiter-runs).
+  void hand_to_arbiter(Connection& c, const Bytes& frame);
+
   std::unique_ptr<Coordinator> coordinator_;
+  coll::partial::ArbiterHost arbiters_;
   std::vector<Pending> pending_;
   mutable std::mutex failure_mu_;
   std::string failure_;

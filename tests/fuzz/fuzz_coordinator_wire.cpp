@@ -1,6 +1,9 @@
 // The coordinator's wire (scheduler/coordinator/wire): what the coordinator
 // reads from any TCP client (handshake, requests) and what a rank reads back
-// (replies). The first byte picks the decoder.
+// (replies), and the arbiter link's hello and answer, which the coordinator's
+// listener also reads (collectives/partial/arbiter_link). The first byte picks
+// the decoder.
+#include "collectives/partial/arbiter_link.hpp"
 #include "scheduler/coordinator/wire.hpp"
 #include "tests/fuzz/fuzz_target.hpp"
 
@@ -10,7 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size == 0) return 0;
   const auto bytes = fuzz::as_bytes(data + 1, size - 1);
   fuzz::refuse_cleanly([&] {
-    switch (data[0] % 10) {
+    switch (data[0] % 12) {
       case 0: (void)peek_kind(bytes); break;
       case 1: (void)decode_challenge(bytes); break;
       case 2: (void)decode_hello(bytes); break;
@@ -21,6 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       case 7: (void)decode_generation_id(bytes); break;
       case 8: (void)decode_ack(bytes); break;
       case 9: (void)decode_error(bytes); break;
+      case 10: (void)coll::partial::decode_arbiter_hello(bytes); break;
+      case 11: (void)coll::partial::decode_arbiter_answer(bytes); break;
     }
   });
   return 0;

@@ -105,6 +105,15 @@ write("coordinator_wire", "request_comm_failed", b"\x04" + prefix(C, 24, CV) + s
       struct.pack("<I", 2))
 write("coordinator_wire", "ack", b"\x08" + prefix(C, 22, CV) + b"\x01")
 write("coordinator_wire", "error", b"\x09" + prefix(C, 23, CV) + struct.pack("<i", 3) + struct.pack("<I", 4) + b"oops")
+# the arbiter link's hello and answer (collectives/partial/arbiter_link.cpp), read by the coordinator's listener
+A = 0x41544441
+who = b"pid 7 on host h"
+arbiter_hello = (prefix(A, 1) + bytes(range(16)) + struct.pack("<II", 1, 4) + struct.pack("<I", len(who)) + who +
+                 struct.pack("<QddIQddId", 8, 0.5, 0.0, 5, 64, 0.3, 1.5, 10, 2.0) + b"\x33" * 32)
+write("coordinator_wire", "arbiter_hello", b"\x0a" + arbiter_hello)
+write("coordinator_wire", "arbiter_hello_rank_out_of_range",
+      b"\x0a" + arbiter_hello[:24] + struct.pack("<II", 4, 4) + arbiter_hello[32:])
+write("coordinator_wire", "arbiter_answer", b"\x0b" + prefix(A, 2) + b"\x00" + struct.pack("<I", 4) + b"full")
 
 # device peer record: magic, flags, node, two IPC handles, 96-byte reason
 handle_bytes = 4 + 2 + 2 + 64 + 8 + 8 + 8 + 8 + 4 + 4

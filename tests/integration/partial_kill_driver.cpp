@@ -12,6 +12,10 @@
 //     ANTDT_ERR_PEER_LOST), victim rank 2: the same checks.
 //   * victim rank 0 (the arbiter's host): every survivor's partial_allreduce
 //     raises PeerLostError naming rank 0 within 2 s.
+//   * <policy>-ext: the same job with an antdt-coordinator apart (its path in
+//     PARTIAL_KILL_COORDINATOR), so the arbiter runs there
+//     (docs/partial.md#where-the-arbiter-runs): a victim rank 0 is then a dead
+//     rank like any other, and the survivors must go on as for rank 2.
 //   The gradients are 1 MiB with no compute between steps, so most kills land
 //   in a step's data movement (the step is then completed among the survivors);
 //   and 4 KiB, where they land anywhere.
@@ -157,10 +161,12 @@ class CApi final : public RankApi {
   antdtComm_t comm_ = nullptr;
 };
 
-// policy_name: drop, defer, or drop-c (drop through the C API).
+// policy_name: drop, defer, or drop-c (drop through the C API); -ext at the
+// end: the arbiter runs in antdt-coordinator.
 int run_rank(const std::string& policy_name, std::size_t count, int victim, const std::string& dir) {
+  const bool arbiter_dies = victim == 0 && !policy_name.ends_with("-ext");
   std::unique_ptr<RankApi> api;
-  if (policy_name.ends_with("-c")) api = std::make_unique<CApi>();
+  if (policy_name.find("-c") != std::string::npos) api = std::make_unique<CApi>();
   else api = std::make_unique<CppApi>();
   const int rank = api->rank();
   const std::string lost_name = "rank " + std::to_string(victim);
@@ -215,12 +221,12 @@ int run_rank(const std::string& policy_name, std::size_t count, int victim, cons
     const bool typed = e.status() == antdt::Status::peer_lost;
     const bool named = std::string(e.what()).find(lost_name) != std::string::npos;
     std::printf("partial_kill: rank %d: %s in partial_allreduce after %llu results: %s: %s\n", rank,
-                victim == 0 && typed && named ? "ok" : "FAIL", static_cast<unsigned long long>(applied),
+                arbiter_dies && typed && named ? "ok" : "FAIL", static_cast<unsigned long long>(applied),
                 antdt::status_name(e.status()), e.what());
     std::fflush(stdout);
-    return victim == 0 && typed && named ? 0 : 1;
+    return arbiter_dies && typed && named ? 0 : 1;
   }
-  if (victim == 0) {
+  if (arbiter_dies) {
     std::printf("partial_kill: rank %d: FAIL: partial steps went on although rank 0 (the arbiter) was killed\n", rank);
     return 1;
   }
@@ -279,15 +285,35 @@ bool run_case(const std::string& self, const std::string& policy, std::size_t fl
   std::filesystem::create_directories(dir);
   const int port = child_process::free_port();
   const char* log_level = std::getenv("PARTIAL_KILL_DEBUG") ? std::getenv("PARTIAL_KILL_DEBUG") : "warn";
+  const std::vector<std::string> common = {"ANTDT_TIMEOUT_MS=" + std::to_string(kTimeoutMs),
+                                           "ANTDT_SECRET=0123456789abcdef0123456789abcdef", "UCX_WARN_UNUSED_ENV_VARS=n",
+                                           std::string("ANTDT_DEBUG=") + log_level};
+  // -ext: an antdt-coordinator apart hosts the arbiter (ANTDT_PARTIAL_ARBITER=auto picks it).
+  pid_t coordinator = -1;
+  std::vector<std::string> arbiter_env;
+  if (policy.ends_with("-ext")) {
+    const char* tool = std::getenv("PARTIAL_KILL_COORDINATOR");
+    if (tool == nullptr || *tool == '\0') {
+      std::printf("partial_kill: FAIL (%s): PARTIAL_KILL_COORDINATOR (the antdt-coordinator to start) is not set\n",
+                  label.c_str());
+      return false;
+    }
+    const std::string address = "127.0.0.1:" + std::to_string(child_process::free_port());
+    arbiter_env.push_back("ANTDT_COORDINATOR=" + address);
+    auto env = common;
+    env.push_back("ANTDT_WORLD_SIZE=" + std::to_string(kRanks));
+    coordinator = child_process::launch({tool, "--listen", address}, child_process::child_environment(env));
+  }
   std::array<pid_t, kRanks> pids{};
   for (int r = 0; r < kRanks; ++r) {
-    const auto env = child_process::child_environment(
-        {"ANTDT_ROOT=127.0.0.1:" + std::to_string(port), "ANTDT_WORLD_SIZE=" + std::to_string(kRanks),
-         "ANTDT_RANK=" + std::to_string(r), "ANTDT_TIMEOUT_MS=" + std::to_string(kTimeoutMs),
-         "ANTDT_SECRET=0123456789abcdef0123456789abcdef", "UCX_WARN_UNUSED_ENV_VARS=n", std::string("ANTDT_DEBUG=") + log_level,
-         // Without compute between steps, drop lets the fast ranks run ahead of the others by
-         // more than the default 4 cached results (ResyncError, docs/partial.md): keep enough.
-         "ANTDT_RESULT_CACHE=64"});
+    auto vars = common;
+    vars.insert(vars.end(), arbiter_env.begin(), arbiter_env.end());
+    vars.insert(vars.end(), {"ANTDT_ROOT=127.0.0.1:" + std::to_string(port), "ANTDT_WORLD_SIZE=" + std::to_string(kRanks),
+                             "ANTDT_RANK=" + std::to_string(r),
+                             // Without compute between steps, drop lets the fast ranks run ahead of the others by
+                             // more than the default 4 cached results (ResyncError, docs/partial.md): keep enough.
+                             "ANTDT_RESULT_CACHE=64"});
+    const auto env = child_process::child_environment(vars);
     pids[static_cast<std::size_t>(r)] =
         child_process::launch({self, "rank", policy, std::to_string(floats), std::to_string(victim), dir}, env);
   }
@@ -335,7 +361,7 @@ bool run_case(const std::string& self, const std::string& policy, std::size_t fl
                   WIFEXITED(st) ? "exit code" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
       ok = false;
     }
-    if (victim == 0) continue;
+    if (victim == 0 && coordinator < 0) continue;  // the arbiter died with rank 0: no models to compare
     const std::string model = read_file(dir + "/model." + std::to_string(r));
     if (reference.empty()) reference = model;
     if (model.empty() || model != reference) {
@@ -343,6 +369,11 @@ bool run_case(const std::string& self, const std::string& policy, std::size_t fl
                   model.c_str(), reference.c_str());
       ok = false;
     }
+  }
+  if (coordinator > 0) {
+    ::kill(coordinator, SIGTERM);
+    int st = 0;
+    ::waitpid(coordinator, &st, 0);
   }
   std::printf("partial_kill: %s (%s): survivors done %.2f s after the kill%s%s\n", ok ? "ok" : "FAIL",
               label.c_str(), after_kill, reference.empty() ? "" : ", replicas identical: ", reference.c_str());
@@ -363,10 +394,10 @@ int main(int argc, char** argv) {
     }
   }
   const std::string self = std::filesystem::canonical("/proc/self/exe").string();
-  if (argc == 4)  // one case: <drop|defer|drop-c> <floats> <victim>
+  if (argc == 4)  // one case: <drop|defer|drop-c>[-ext] <floats> <victim>
     return run_case(self, argv[1], static_cast<std::size_t>(std::atol(argv[2])), std::atoi(argv[3])) ? 0 : 1;
   if (argc != 1) {
-    std::fprintf(stderr, "usage: %s [<drop|defer|drop-c> <floats> <victim>]   (ranks: %s rank <policy> <floats> <victim> <dir>)\n",
+    std::fprintf(stderr, "usage: %s [<drop|defer|drop-c>[-ext] <floats> <victim>]   (ranks: %s rank <policy> <floats> <victim> <dir>)\n",
                  argv[0], argv[0]);
     return 2;
   }
@@ -376,6 +407,9 @@ int main(int argc, char** argv) {
   ok = run_case(self, "defer", 1024, 2) && ok;
   ok = run_case(self, "drop", 1024, 0) && ok;
   ok = run_case(self, "drop-c", 1024, 2) && ok;  // the C API reports the loss as the C++ one does
+  // The arbiter in antdt-coordinator: rank 0's death is survived like any other.
+  ok = run_case(self, "defer-ext", std::size_t{1} << 18, 0) && ok;
+  ok = run_case(self, "drop-ext", 1024, 0) && ok;
   std::printf("partial_kill: %s\n", ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;
 }

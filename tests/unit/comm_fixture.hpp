@@ -48,6 +48,9 @@ struct RankSetup {
   // Each rank's node id (topology tests fake a node map); empty: the machine's own.
   std::vector<std::uint64_t> nodes;
   TransportWrap wrap;
+  // The communicator's UniqueId bytes as the control plane holds them (an
+  // arbiter outside the ranks groups their links by it); empty: none.
+  std::vector<std::byte> unique_id;
   // Tests of the direct GPU path on the fake device, whose device memory is
   // host memory: when set, the transports accept device payloads; inproc
   // copies them with it, UCX takes them as host memory.
@@ -77,8 +80,9 @@ inline Outcomes run_ranks(int n, TransportKind kind, const RankSetup& setup,
               transport::UcxOptions{.device_payloads_in_host_memory = static_cast<bool>(setup.device_copy)});
         }
         if (setup.wrap) t = setup.wrap(std::move(t), r);
-        Communicator comm = detail::make_communicator(std::move(t), 42, cfg,
-                                                      std::move(control[static_cast<std::size_t>(r)]), setup.nodes);
+        auto& ctl = control[static_cast<std::size_t>(r)];
+        ctl.unique_id = setup.unique_id;
+        Communicator comm = detail::make_communicator(std::move(t), 42, cfg, std::move(ctl), setup.nodes);
         fn(comm);
       } catch (...) {
         outcomes[static_cast<std::size_t>(r)] = std::current_exception();

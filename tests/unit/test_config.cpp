@@ -546,4 +546,22 @@ TEST(Config, MonitorTraceAndInjectInvalidValuesNameTheVariable) {
 }
 
 }  // namespace
+TEST(Config, PartialArbiterRunsInAnExternalCoordinatorWhenThereIsOne) {
+  const std::string secret = "0123456789abcdef0123456789abcdef";
+  EXPECT_EQ(parse({}).partial_arbiter, PartialArbiter::automatic);
+  EXPECT_FALSE(parse({}).external_arbiter());
+  // auto: the coordinator's when it runs apart and the ranks can prove the secret to it.
+  EXPECT_TRUE(parse({{"ANTDT_COORDINATOR", "127.0.0.1:5000"}, {"ANTDT_SECRET", secret}}).external_arbiter());
+  EXPECT_FALSE(parse({{"ANTDT_COORDINATOR", "127.0.0.1:5000"}, {"ANTDT_SECRET", secret},
+                      {"ANTDT_COORDINATOR_EMBEDDED", "1"}}).external_arbiter());
+  EXPECT_FALSE(parse({{"ANTDT_COORDINATOR", "127.0.0.1:5000"}}).external_arbiter());
+  EXPECT_FALSE(parse({{"ANTDT_COORDINATOR", "127.0.0.1:5000"}, {"ANTDT_SECRET", secret},
+                      {"ANTDT_PARTIAL_ARBITER", "rank0"}}).external_arbiter());
+  EXPECT_TRUE(parse({{"ANTDT_COORDINATOR", "127.0.0.1:5000"}, {"ANTDT_SECRET", secret},
+                     {"ANTDT_PARTIAL_ARBITER", "coordinator"}}).external_arbiter());
+  EXPECT_NE(error_for({{"ANTDT_PARTIAL_ARBITER", "coordinator"}}).find("ANTDT_PARTIAL_ARBITER=coordinator needs"),
+            std::string::npos);
+  EXPECT_NE(error_for({{"ANTDT_PARTIAL_ARBITER", "rank1"}}).find("ANTDT_PARTIAL_ARBITER"), std::string::npos);
+}
+
 }  // namespace antdt
