@@ -186,13 +186,15 @@ constexpr std::uint64_t kAheadSeqBit = std::uint64_t{1} << 58;
 // The arbiter runs on rank 0 (its thread): a control link that closed, or
 // cannot be written, is rank 0 lost. The communicator fails for good
 // (PeerLostError naming rank 0's host and pid). An arbiter in antdt-coordinator
-// that is lost is the coordinator gone (TransportError naming its address).
+// that is lost is the coordinator gone: PeerLostError too, naming its address,
+// so that a trainer recovers as from any lost participant (the Agent moves the
+// job to a new communicator generation, whose arbiter a restarted coordinator hosts).
 [[noreturn]] void arbiter_lost(detail::CommImpl& comm, const PartialState& st, const Error& e) {
   if (!st.external_arbiter.empty()) {
     const std::string reason = cat("partial collectives: rank ", comm.rank(), " lost its arbiter at antdt-coordinator ",
                                    st.external_arbiter, " (ANTDT_COORDINATOR): ", e.what());
-    comm.mark_failed(Status::transport, reason);
-    throw_status(Status::transport, reason);
+    comm.mark_failed(Status::peer_lost, reason);
+    throw_status(Status::peer_lost, reason);
   }
   const std::string reason = cat("partial collectives: rank ", comm.rank(), " lost the arbiter: peer ",
                                  comm.transport().describe_peer(0), " is lost (its control connection closed: ",

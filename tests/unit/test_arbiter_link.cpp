@@ -267,7 +267,7 @@ TEST_P(ExternalArbiter, ACoordinatorGoneIsAnErrorNamingIt) {
       comm.partial_allreduce(&x, &y, 1, DataType::f32, ReduceOp::sum, PartialOptions{LatePolicy::wait, 1.0, 1, 0});
     } catch (const Error& e) {
       errors[static_cast<std::size_t>(comm.rank())] = e.what();
-      if (e.status() != Status::transport) throw;
+      if (e.status() != Status::peer_lost) throw;
     }
   });
   stopper.join();
