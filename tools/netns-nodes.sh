@@ -89,8 +89,25 @@ ip -n "$switch" link add "antdtnet-br" type bridge 2>/dev/null || skip "no bridg
 ip -n "$switch" link set lo up
 ip -n "$switch" link set "antdtnet-br" up
 
+# tbf's bucket must hold what the link sends between two timer ticks, or TCP
+# stalls below the rate (a fixed 256 kbit bucket held a 1 Gbit/s link to about
+# a third of it): 10 ms of the rate, at least 32 KiB.
+burst_for() {  # burst_for <rate>: bytes, e.g. 1250000b for 1gbit
+  local rate="$1" n unit bits
+  n="${rate%%[!0-9]*}" unit="${rate#"$n"}"
+  case "$unit" in
+    gbit) bits=$((n * 1000000000)) ;;
+    mbit) bits=$((n * 1000000)) ;;
+    kbit) bits=$((n * 1000)) ;;
+    bit) bits=$n ;;
+    *) echo 256kbit; return ;;  # a form tc knows and this does not: the old fixed bucket
+  esac
+  local bytes=$((bits / 8 / 100))
+  ((bytes >= 32768)) || bytes=32768
+  echo "${bytes}b"
+}
 limit() {  # limit <namespace> <device> <rate>: tbf on the device's egress
-  tc -n "$1" qdisc add dev "$2" root tbf rate "$3" burst 256kbit latency 50ms
+  tc -n "$1" qdisc add dev "$2" root tbf rate "$3" burst "$(burst_for "$3")" latency 50ms
 }
 
 for ((i = 0; i < nodes; i++)); do
