@@ -58,7 +58,12 @@ void ArbiterHost::adopt(const ArbiterHello& hello, net::Fd fd) {
   group.links[hello.rank] = std::move(fd);
   group.who[hello.rank] = hello.who;
   if (++group.joined < static_cast<int>(hello.size)) return;
-  start(group);
+  try {
+    start(group);
+  } catch (const Error& e) {
+    // Its links close with the group: every rank's call fails naming the arbiter.
+    ANTDT_WARN("arbiter host: the arbiter of a communicator of ", hello.size, " ranks could not start: ", e.what());
+  }
   forming_.erase(it);
 }
 
