@@ -48,3 +48,14 @@ set_tests_properties(perf.policy.antdt-nd.still_slow PROPERTIES
   RESOURCE_LOCK antdt_multiprocess
   ENVIRONMENT "UCX_WARN_UNUSED_ENV_VARS=n;ANTDT_TIMEOUT_MS=30000"
   FAIL_REGULAR_EXPRESSION "error:|inconsistent")
+# kill -9 of rank 0 during partial steps with the arbiter in an antdt-coordinator
+# apart: the job completes, every sample once (docs/partial.md#where-the-arbiter-runs).
+add_test(NAME integration.policy.rank0_kill_external
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/integration/policy_rank0_kill.sh $<TARGET_FILE:antdt-run>
+                 $<TARGET_FILE:antdt-coordinator> $<TARGET_FILE:antdt_policy_perf>)
+set_tests_properties(integration.policy.rank0_kill_external PROPERTIES
+  TIMEOUT 180
+  LABELS "integration;perf"
+  PROCESSORS 4
+  RESOURCE_LOCK antdt_multiprocess
+  FAIL_REGULAR_EXPRESSION "FAIL|inconsistent")
