@@ -188,7 +188,14 @@ ArbiterAnswer decode_arbiter_answer(std::span<const std::byte> frame) {
 net::Fd connect_to_arbiter(const net::Endpoint& address, std::span<const std::byte> secret, ArbiterHello hello,
                            net::Clock::time_point deadline) {
   const std::string where = address.to_string();
-  control::Link link(net::connect_to(address, deadline));
+  net::Fd fd;
+  try {
+    fd = net::connect_to(address, deadline);  // retries a refused connection (a coordinator restarting) until then
+  } catch (const Error& e) {
+    throw_status(e.status(), cat("rank ", hello.rank, " cannot reach its arbiter at antdt-coordinator ", where,
+                                 " (ANTDT_COORDINATOR; ANTDT_PARTIAL_ARBITER=rank0 keeps it in rank 0): ", e.what()));
+  }
+  control::Link link(std::move(fd));
   auto challenge = link.receive(deadline);
   if (!challenge) raise<TimeoutError>("the arbiter at ", where, " (ANTDT_COORDINATOR) sent no challenge in time");
   if (challenge->size() > kMaxChallengeBytes)
