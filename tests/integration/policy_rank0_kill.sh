@@ -9,6 +9,7 @@
 # run fails (every survivor loses the arbiter).
 #
 # usage: policy_rank0_kill.sh ANTDT_RUN ANTDT_COORDINATOR ANTDT_POLICY_PERF
+#   VICTIM=<rank> (default 0) and KILL_DELAY_S=<s> (default 0.5, after the partial steps started) vary the fault.
 set -euo pipefail
 run_bin="$1" coordinator_bin="$2" tool="$3"
 work=$(mktemp -d)
@@ -47,18 +48,18 @@ for ((i = 0; i < 200; i++)); do
   sleep 0.05
   grep -q "arbiter host: all 4 ranks of a communicator connected" "$work/coordinator.log" || continue
   for p in $(pgrep -f -- "$tool" || true); do
-    if { tr '\0' '\n' <"/proc/$p/environ"; } 2>/dev/null | grep -qx "ANTDT_RANK=0"; then victim=$p; fi
+    if { tr '\0' '\n' <"/proc/$p/environ"; } 2>/dev/null | grep -qx "ANTDT_RANK=${VICTIM:-0}"; then victim=$p; fi
   done
 done
 [[ -n "$victim" ]] || fail "no partial steps with the arbiter in the coordinator within 10 s"
-sleep 0.5
-kill -9 "$victim" 2>/dev/null || fail "rank 0 (pid $victim) ended before it could be killed"
-echo "policy_rank0_kill: killed rank 0 (pid $victim) during partial steps"
+sleep "${KILL_DELAY_S:-0.5}"
+kill -9 "$victim" 2>/dev/null || fail "rank ${VICTIM:-0} (pid $victim) ended before it could be killed"
+echo "policy_rank0_kill: killed rank ${VICTIM:-0} (pid $victim) during partial steps"
 
 status=0
 wait "$run_pid" || status=$?
 ((status == 0)) || fail "antdt-run exited $status"
-grep -q "rank 0 was killed by signal 9" "$work/run.log" || fail "antdt-run did not see rank 0 killed"
+grep -q "rank ${VICTIM:-0} was killed by signal 9" "$work/run.log" || fail "antdt-run did not see the rank killed"
 grep -Eq "^  antdt-dd +[0-9]+ +$((steps * batch)) .* yes$" "$work/run.log" || fail "the run's row is missing or inconsistent"
 for ((i = 0; i < 100; i++)); do
   grep -q "1 epoch(s) completed" "$work/coordinator.log" && break
