@@ -200,6 +200,9 @@ void Arbiter::resolve(std::uint64_t step, Clock::time_point now, std::vector<Out
       s.included_at = contributed(d, r) ? step : 0;
     }
     maybe_close(now, out);
+    // The others may have finished meanwhile (they completed the step and
+    // their run ended): no step can take the ranks that retried any more.
+    finish_stragglers_if_run_over();
     maybe_finish(out);
     return;
   }
@@ -621,8 +624,11 @@ void Arbiter::maybe_finish(std::vector<Out>& out) {
                                                        " results behind; only ", cfg_.result_cache, " are kept")}});
         continue;
       }
-      d.catchups.push_back({r, s.applied_at_finish + 1, 0, until});
+      // A rank that gave up a step others completed with its contribution
+      // in it learns so here when the run ended meanwhile.
+      d.catchups.push_back({r, s.applied_at_finish + 1, s.included_at, until});
     }
+    s.included_at = 0;
   }
   if (dropped > 0)
     ANTDT_INFO("partial collectives: ", dropped, " late contribution(s) of the run's last steps were dropped: every "
@@ -681,6 +687,7 @@ void Arbiter::on_rank_lost(int rank, Clock::time_point now, std::vector<Out>& ou
   ANTDT_WARN("partial collectives: ", describe(rank), " is lost (its control connection closed); the steps go on "
              "without it");
   maybe_close(now, out);
+  finish_stragglers_if_run_over();  // the lost rank was the last one a step could wait for
   maybe_finish(out);
 }
 
@@ -724,11 +731,13 @@ void ArbiterService::run() {
       if (!msg) {
         arbiter_.on_tick(now, out);
       } else if (msg->closed) {
+        ANTDT_TRACE("arbiter: link of rank ", msg->rank, " closed");
         arbiter_.on_rank_lost(msg->rank, now, out);
         if (hub_.open_count() == 0) break;  // nobody left to answer
       } else {
         try {
           auto m = decode_to_arbiter(msg->payload, hub_.size());
+          ANTDT_TRACE("arbiter: <- ", partial::summary(m));
           if (auto* a = std::get_if<Arrival>(&m)) {
             if (a->rank != msg->rank) raise<BootstrapError>("rank ", msg->rank, " sent an arrival as rank ", a->rank);
             arbiter_.on_arrival(*a, now, out);
@@ -743,6 +752,7 @@ void ArbiterService::run() {
         }
       }
       for (const auto& o : out) {
+        ANTDT_TRACE("arbiter: -> rank ", o.rank, ": ", partial::summary(o.message));
         try {
           auto bytes = std::visit([](const auto& m) { return encode(m); }, o.message);
           hub_.send(o.rank, bytes, Clock::now() + send_timeout_);

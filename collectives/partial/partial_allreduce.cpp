@@ -332,6 +332,27 @@ class StepWatch final : public LossWatch {
   const partial::Decision& d_;
 };
 
+// The step whose result holds `rank`'s contribution although `rank` gave that
+// step up (a rank of it was lost; the others completed it), from its catch-up
+// entry; 0 when none.
+std::uint64_t included_in(const partial::Decision& d, int rank) {
+  auto mine = std::find_if(d.catchups.begin(), d.catchups.end(), [&](const auto& c) { return c.rank == rank; });
+  return mine != d.catchups.end() ? mine->contribution_step : 0;
+}
+
+// A call's fate: its contribution is in the result of step `landed_at` (0:
+// in none), which is the call's own step (included) or a later one (deferred).
+void set_fate(PartialResult& result, const PartialOptions& opts, std::uint64_t next, std::uint64_t landed_at) {
+  if (opts.weight == 0) {
+    result.fate = Fate::none;
+  } else if (landed_at != 0) {
+    result.fate = next == landed_at ? Fate::included : Fate::deferred;
+    result.contribution_step = landed_at;
+  } else {
+    result.fate = Fate::dropped;
+  }
+}
+
 int lost_in(const partial::Decision& d) {
   return static_cast<int>(std::count(d.classes.begin(), d.classes.end(), StragglerClass::lost));
 }
@@ -762,7 +783,9 @@ PartialResult partial_step(detail::CommImpl& comm, const void* send, void* recv,
       if (!d.catchups.empty() || !d.fetches.empty() || !d.deposits.empty())
         move_data(comm, st, d, sig, kFinishSeqBit | d.step, nullptr, nullptr, count, true);
       st.latest = std::max(st.latest, d.step);
-      result.fate = opts.weight == 0 ? Fate::none : Fate::dropped;
+      // Dropped, unless this rank gave up a step that the others completed
+      // with its contribution in it (docs/partial.md#dead-ranks).
+      set_fate(result, opts, next, included_in(d, comm.rank()));
       if (next <= st.latest) return finish_call(next);
       result.steps_behind = 0;
       return result;  // step 0: no result left for this call
@@ -771,9 +794,8 @@ PartialResult partial_step(detail::CommImpl& comm, const void* send, void* recv,
 
     auto me = std::find_if(d.contributors.begin(), d.contributors.end(), [&](auto& c) { return c.rank == comm.rank(); });
     const bool contributes = me != d.contributors.end();
-    auto my_catchup = std::find_if(d.catchups.begin(), d.catchups.end(), [&](auto& c) { return c.rank == comm.rank(); });
     // A step this rank gave up, completed by others with its contribution in it.
-    const std::uint64_t included_at = my_catchup != d.catchups.end() ? my_catchup->contribution_step : 0;
+    const std::uint64_t included_at = included_in(d, comm.rank());
     // On time: the ring writes straight into the caller's buffer; late: into the cache.
     std::byte* own_result = nullptr;
     if (contributes) own_result = next == d.step && out != nullptr ? out : st.cache.claim(d.step).data();
@@ -807,17 +829,7 @@ PartialResult partial_step(detail::CommImpl& comm, const void* send, void* recv,
     }
     st.latest = std::max(st.latest, d.step);
 
-    if (opts.weight == 0) {
-      result.fate = Fate::none;
-    } else if (contributes) {
-      result.fate = next == d.step ? Fate::included : Fate::deferred;
-      result.contribution_step = d.step;
-    } else if (included_at != 0) {
-      result.fate = next == included_at ? Fate::included : Fate::deferred;
-      result.contribution_step = included_at;
-    } else {
-      result.fate = Fate::dropped;
-    }
+    set_fate(result, opts, next, contributes ? d.step : included_at);
     return finish_call(next);
   }
 }

@@ -327,4 +327,57 @@ FromArbiter decode_from_arbiter(std::span<const std::byte> bytes, int ranks) {
   }
 }
 
+namespace {
+std::string ranks_of(const std::vector<Contributor>& cs) {
+  std::string s;
+  for (const auto& c : cs) s += cat(s.empty() ? "" : ",", c.rank, c.based_on != 0 ? cat("@", c.based_on) : "");
+  return s;
+}
+std::string catchups_of(const std::vector<CatchUp>& cs) {
+  std::string s;
+  for (const auto& c : cs) {
+    s += cat(s.empty() ? "" : ",", c.rank, ":", c.from_step, c.until_step != 0 ? cat("..", c.until_step) : "",
+             c.contribution_step != 0 ? cat("+", c.contribution_step) : "");
+  }
+  return s;
+}
+std::string deposits_of(const std::vector<Deposit>& ds) {
+  std::string s;
+  for (const auto& d : ds) s += cat(s.empty() ? "" : ",", d.from, "@", d.step, "->", d.to, d.drop ? " drop" : "");
+  return s;
+}
+std::string fetches_of(const std::vector<Fetch>& fs) {
+  std::string s;
+  for (const auto& f : fs) s += cat(s.empty() ? "" : ",", f.rank, "@", f.step, "<-", f.server);
+  return s;
+}
+}  // namespace
+
+std::string summary(const ToArbiter& m) {
+  if (const auto* a = std::get_if<Arrival>(&m)) {
+    return cat("arrival rank ", a->rank, " step ", a->step, " weight ", a->weight, " holds ", a->holds,
+               a->retry ? " retry" : "");
+  }
+  const auto& f = std::get<Finish>(m);
+  return cat("finish rank ", f.rank, " applied ", f.applied, " holds ", f.holds);
+}
+
+std::string summary(const FromArbiter& m) {
+  if (const auto* d = std::get_if<Decision>(&m)) {
+    return cat(d->final ? "final decision" : "decision", " step ", d->step, " gen ", d->generation, " server ",
+               d->server, " contributors [", ranks_of(d->contributors), "] catch-ups [", catchups_of(d->catchups),
+               "] deposits [", deposits_of(d->deposits), "] fetches [", fetches_of(d->fetches), "] ahead ",
+               d->ahead.size());
+  }
+  if (const auto* f = std::get_if<Failure>(&m)) return cat("failure: ", f->reason);
+  if (const auto* a = std::get_if<Abandon>(&m)) {
+    return cat("abandon step ", a->step, " gen ", a->generation, " lost ", a->lost);
+  }
+  if (const auto* l = std::get_if<Late>(&m)) {
+    return cat("late step ", l->step, " depositary ", l->depositary, " backup ", l->backup, " fetches [",
+               fetches_of(l->fetches), "]");
+  }
+  return cat("incoming [", deposits_of(std::get<Incoming>(m).deposits), "]");
+}
+
 }  // namespace antdt::coll::partial

@@ -144,4 +144,9 @@ using FromArbiter = std::variant<Decision, Failure, Abandon, Late, Incoming>;
 ToArbiter decode_to_arbiter(std::span<const std::byte> bytes, int ranks);
 FromArbiter decode_from_arbiter(std::span<const std::byte> bytes, int ranks);
 
+// One line naming a message's kind and its fields that decide the protocol's
+// course, for the arbiter's trace (ANTDT_DEBUG=trace).
+std::string summary(const ToArbiter& m);
+std::string summary(const FromArbiter& m);
+
 }  // namespace antdt::coll::partial

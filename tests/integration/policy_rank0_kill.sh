@@ -4,8 +4,9 @@
 # engine (antdt_policy_perf, antdt-dd, every rank spiking so that steps run as
 # partial AllReduces with defer) under `antdt-run --restarts 1`. The job must
 # complete: antdt-run exits 0 (rank 0 restarted and rejoined), --check finds
-# every sample counted exactly once and the replicas consistent, and the
-# coordinator reports the epoch completed. With the arbiter in rank 0 the same
+# the replicas consistent and every sample in the model (once; a batch of the
+# killed rank twice when it died between its step and its commit), and the
+# coordinator reports every sample committed once and the epoch completed. With the arbiter in rank 0 the same
 # run fails (every survivor loses the arbiter).
 #
 # usage: policy_rank0_kill.sh ANTDT_RUN ANTDT_COORDINATOR ANTDT_POLICY_PERF
@@ -38,7 +39,7 @@ done
 export ANTDT_COORDINATOR="127.0.0.1:$port"
 
 ANTDT_INJECT="rank=*:spike_p=0.1,spike_x=5,spike_len=1" timeout 120 "$run_bin" -n 4 --restarts 1 -- \
-  "$tool" --steps "$steps" --global-batch "$batch" --sample-ms 0.3 --check >"$work/run.log" 2>&1 &
+  "$tool" --steps "$steps" --global-batch "$batch" --sample-ms 0.3 --check --killed 1 >"$work/run.log" 2>&1 &
 run_pid=$!
 
 # Rank 0 once partial steps run (its communicator and the arbiter's group are made by then).
@@ -60,11 +61,14 @@ status=0
 wait "$run_pid" || status=$?
 ((status == 0)) || fail "antdt-run exited $status"
 grep -q "rank ${VICTIM:-0} was killed by signal 9" "$work/run.log" || fail "antdt-run did not see the rank killed"
-grep -Eq "^  antdt-dd +[0-9]+ +$((steps * batch)) .* yes$" "$work/run.log" || fail "the run's row is missing or inconsistent"
+# Every sample in the model once, or a batch more: rank 0 killed after its
+# contribution was applied but before its commit (--killed 1 reports it).
+grep -Eq "^  antdt-dd +[0-9]+ +[0-9]+ .* yes$" "$work/run.log" || fail "the run's row is missing or inconsistent"
 for ((i = 0; i < 100; i++)); do
   grep -q "1 epoch(s) completed" "$work/coordinator.log" && break
   sleep 0.1
 done
-grep -q "1 epoch(s) completed" "$work/coordinator.log" || fail "the coordinator did not report the epoch completed"
-grep "antdt-dd " "$work/run.log"
+grep -q "; $((steps * batch)) samples committed, 1 epoch(s) completed" "$work/coordinator.log" ||
+  fail "the coordinator did not report every sample committed and the epoch completed"
+grep -E "^  antdt-dd |trained twice" "$work/run.log"
 echo "policy_rank0_kill: PASS"

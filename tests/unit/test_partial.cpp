@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 
 namespace antdt::test {
 namespace {
@@ -530,6 +531,77 @@ TEST(ArbiterTest, LostRankAfterOthersCompletedTheStepLetsTheRestFetchIt) {
   EXPECT_EQ(d.catchups[0].contribution_step, 1u) << "its contribution is in step 1's result";
   EXPECT_EQ(d.generation, 1u);
   EXPECT_EQ(d.classes.at(2), StragglerClass::lost);
+}
+
+// Rank 0 dies during step 1 after ranks 1 and 2 completed it, and they finish
+// their run before rank 3, which gave the step up, asks again. Found by the
+// kill test under antdt-run (rank 3 waited for a push no rank was told to
+// send): rank 3's run is over too, so it gets the final decision at once, with
+// step 1's result pushed to it and its contribution counted in it.
+TEST(ArbiterTest, RankRetryingAfterTheOthersFinishedGetsTheFinalDecision) {
+  namespace p = coll::partial;
+  p::ArbiterConfig cfg;
+  cfg.ranks = 4;
+  cfg.grace_s = 0.010;
+  cfg.warmup_steps = 0;
+  p::Arbiter arb(cfg);
+  std::vector<p::Arbiter::Out> out;
+  const auto t = p::Clock::now();
+  for (int r = 0; r < 4; ++r) arb.on_arrival(arrival_of(r, 1, LatePolicy::defer), t, out);
+  out.clear();
+  arb.on_rank_lost(0, t, out);
+  out.clear();
+  for (int r : {1, 2}) arb.on_finish(p::Finish{r, 1, 1}, t, out);
+  EXPECT_TRUE(out.empty()) << "rank 3 is not heard of yet";
+  auto retry = arrival_of(3, 1, LatePolicy::defer);
+  retry.retry = true;
+  arb.on_arrival(retry, t, out);
+  std::set<int> told;
+  for (const auto& o : out) {
+    const auto& d = std::get<p::Decision>(o.message);
+    EXPECT_TRUE(d.final);
+    EXPECT_EQ(d.step, 1u);
+    EXPECT_TRUE(d.server == 1 || d.server == 2) << "a rank that holds step 1 serves it, not " << d.server;
+    ASSERT_EQ(d.catchups.size(), 1u);
+    EXPECT_EQ(d.catchups[0].rank, 3);
+    EXPECT_EQ(d.catchups[0].from_step, 1u);
+    EXPECT_EQ(d.catchups[0].contribution_step, 1u) << "rank 3's contribution is in step 1's result";
+    told.insert(o.rank);
+  }
+  EXPECT_EQ(told, (std::set<int>{1, 2, 3}));
+}
+
+// Ranks 1 and 2 finished, rank 3 waits to fetch step 2, and rank 0, the only
+// rank a step could still wait for, dies while computing: the run is over,
+// and rank 3 gets the final decision instead of waiting for its timeout.
+TEST(ArbiterTest, LosingTheLastRankAStepCouldWaitForEndsTheRun) {
+  namespace p = coll::partial;
+  p::ArbiterConfig cfg;
+  cfg.ranks = 4;
+  cfg.grace_s = 0.010;
+  cfg.warmup_steps = 0;
+  p::Arbiter arb(cfg);
+  std::vector<p::Arbiter::Out> out;
+  const auto t = p::Clock::now();
+  for (int r = 0; r < 4; ++r) arb.on_arrival(arrival_of(r, 1, LatePolicy::defer), t, out);
+  out.clear();
+  for (int r : {1, 2}) arb.on_finish(p::Finish{r, 1, 1}, t, out);
+  auto fetch = arrival_of(3, 2, LatePolicy::defer);
+  fetch.weight = 0;
+  fetch.holds = 1;
+  arb.on_arrival(fetch, t, out);
+  arb.on_tick(t + std::chrono::seconds(1), out);
+  EXPECT_TRUE(out.empty()) << "rank 0 may still arrive";
+  arb.on_rank_lost(0, t + std::chrono::seconds(1), out);
+  std::set<int> told;
+  for (const auto& o : out) {
+    const auto& d = std::get<p::Decision>(o.message);
+    EXPECT_TRUE(d.final);
+    EXPECT_EQ(d.step, 1u);
+    EXPECT_TRUE(d.catchups.empty()) << "every survivor holds step 1";
+    told.insert(o.rank);
+  }
+  EXPECT_EQ(told, (std::set<int>{1, 2, 3}));
 }
 
 // Under wait (BSP) a lost rank fails every survivor with PeerLostError's status, naming it.
