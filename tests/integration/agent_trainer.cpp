@@ -22,6 +22,15 @@
 //     "<samples in the model> <1 if every rank's model is equal, else 0>".
 //     With --check-total, rank 0 also fails (exit 1) unless the model counted
 //     exactly N x E samples (true when no batch was voided).
+//     With --partial, each step is a partial AllReduce under defer
+//     (docs/partial.md): a late rank's contribution lands in a later step's
+//     result, it fetches the results it missed, and every rank applies every
+//     result once, in order ("skip <step>" for a plan whose result it fetched
+//     already). A batch whose contribution was dropped is given back ("drop
+//     <step> <count>"); a rank too far behind for the result cache
+//     (ResyncError) asks for its restart, which re-syncs it ("resync <step>").
+//     A step broken by a lost arbiter (the coordinator restarted) is "lost"
+//     as above.
 //   agent_trainer sleep --out DIR [--fork] [--ignore-term]
 //     Writes DIR/pid.<rank> ("<pid> [<forked child pid>]") and sleeps 60 s.
 //   agent_trainer fail --out DIR --rank R --code C
@@ -42,6 +51,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <utility>
 
 namespace {
 
@@ -68,6 +78,67 @@ int env_int(const char* name, int fallback) {
   return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
 }
 
+// --partial: one run of partial steps on one communicator (docs/partial.md).
+class PartialRun {
+ public:
+  explicit PartialRun(std::array<double, 2>& model) : model_(model) {}
+
+  std::uint64_t done_through = 0;  // the results applied: plan steps up to this one
+  bool resync_pending = false;     // too far behind: waits for its ordered restart
+
+  // One step: contributes `grad` (weight: its samples) and applies the results
+  // up to the newest one decided. Returns the contribution's fate.
+  antdt::Fate step(antdt::Communicator& comm, const std::array<double, 2>& grad, std::uint64_t samples) {
+    comm_ = &comm;
+    antdt::PartialOptions o;
+    o.policy = antdt::LatePolicy::defer;
+    o.staleness = 2;
+    // An empty batch still arrives with weight 1: a step closes only with an
+    // on-time contribution of weight > 0 (the epoch's tail may leave every
+    // rank at a step without samples).
+    o.weight = samples > 0 ? static_cast<double>(samples) : 1.0;
+    o.samples = samples;
+    const antdt::PartialResult r = call(grad, o);
+    catch_up(r.steps_behind);
+    return samples > 0 ? r.fate : antdt::Fate::none;
+  }
+
+  // Ends the run (before a rebuild, an exit or the end): every rank then holds
+  // the same results. The communicator of a run broken by a lost arbiter is
+  // not asked (a new generation replaces it).
+  void finish(bool broken) {
+    if (comm_ == nullptr) return;
+    antdt::Communicator* comm = std::exchange(comm_, nullptr);
+    if (broken) return;
+    catch_up(comm->partial_finish().steps_behind, comm);
+  }
+
+ private:
+  antdt::PartialResult call(const std::array<double, 2>& send, const antdt::PartialOptions& o,
+                            antdt::Communicator* comm = nullptr) {
+    std::array<double, 2> result{0, 0};
+    const antdt::PartialResult r = (comm ? *comm : *comm_).partial_allreduce(
+        send.data(), result.data(), result.size(), antdt::DataType::f64, antdt::ReduceOp::sum, o);
+    if (r.step == 0) return r;  // the run ended with every result applied
+    model_[0] += result[0];
+    model_[1] += result[1];
+    ++done_through;
+    return r;
+  }
+
+  void catch_up(std::uint64_t behind, antdt::Communicator* comm = nullptr) {
+    antdt::PartialOptions o;
+    o.policy = antdt::LatePolicy::defer;
+    o.staleness = 2;
+    o.weight = 0;
+    const std::array<double, 2> nothing{0, 0};
+    for (; behind > 0; behind = call(nothing, o, comm).steps_behind) {}
+  }
+
+  std::array<double, 2>& model_;
+  antdt::Communicator* comm_ = nullptr;  // of the open run
+};
+
 int train(const std::map<std::string, std::string>& args) {
   const std::string out = args.at("--out");
   antdt::AgentOptions options;
@@ -89,13 +160,28 @@ int train(const std::map<std::string, std::string>& args) {
   log << "pid " << ::getpid() << std::endl;
   std::array<double, 2> model{0, 0};  // sum of sample ids, samples
   bool resynced = false;
+  const bool partial = args.count("--partial") != 0;
+  PartialRun run(model);
+  bool run_broken = false;  // its arbiter was lost: the run cannot be finished
+  // Ends the open partial run; a failure there (a rank or the arbiter lost
+  // meanwhile) leaves the re-sync of the next generation to make replicas equal.
+  auto finish_run = [&] {
+    try {
+      run.finish(run_broken);
+    } catch (const antdt::Error& e) {
+      std::fprintf(stderr, "agent_trainer (rank %d): ending the partial run: %s\n", agent.rank(), e.what());
+    }
+    run_broken = false;
+  };
   for (;;) {
     const antdt::StepPlan plan = agent.next_step();
     if (agent.should_exit()) {
+      finish_run();
       log << "exit " << plan.step << std::endl;
       return agent.exit_code();
     }
     log << "plan " << plan.step << ' ' << plan.local_batch << ' ' << plan.generation << std::endl;
+    if (partial && plan.rebuild) finish_run();  // on the communicator being replaced
     try {
       antdt::Communicator& comm = agent.communicator();
       if (plan.rebuild) {
@@ -108,6 +194,7 @@ int train(const std::map<std::string, std::string>& args) {
         // Every member restarted (none kept a model): they all start from nothing alike.
         if (source[0] < comm.size()) comm.broadcast(std::span<double>(model), source[0]);
         resynced = true;
+        run.done_through = plan.step - 1;
         log << "rebuild " << plan.step << ' ' << agent.generation() << std::endl;
       }
     } catch (const antdt::PeerLostError& e) {
@@ -116,13 +203,62 @@ int train(const std::map<std::string, std::string>& args) {
       log << "lost " << plan.step << " 0" << std::endl;
       continue;  // the next plan moves to a new generation
     }
-    if (plan.stop) break;
+    if (plan.stop) {
+      if (partial) finish_run();
+      break;
+    }
+    if (partial && (run.resync_pending || plan.step <= run.done_through)) {
+      // Its result was fetched already (this rank was late), or this rank
+      // waits for its restart: no batch.
+      log << "skip " << plan.step << std::endl;
+      continue;
+    }
     antdt::Communicator& comm = agent.communicator();
     if (agent.rank() == restart_rank && agent.incarnation() == 0 && plan.step == restart_step) agent.request_restart();
     const antdt::SampleBatch batch = agent.next_samples();
     std::array<double, 2> grad{0, static_cast<double>(batch.size())};
     for (auto id : batch) grad[0] += static_cast<double>(id);
     std::this_thread::sleep_for(step_time);  // the step's "compute"
+    if (partial) {
+      antdt::Fate fate = antdt::Fate::none;
+      try {
+        fate = run.step(comm, grad, batch.size());
+      } catch (const antdt::ResyncError& e) {
+        // Behind by more than the result cache: its model cannot catch up
+        // here. Restarted, it re-syncs from a rank that kept its model.
+        std::fprintf(stderr, "agent_trainer (rank %d): step %llu: %s\n", agent.rank(),
+                     static_cast<unsigned long long>(plan.step), e.what());
+        log << "resync " << plan.step << std::endl;
+        run.resync_pending = true;
+        agent.request_restart();
+        continue;  // its batch goes back
+      } catch (const antdt::PeerLostError& e) {
+        std::fprintf(stderr, "agent_trainer (rank %d): step %llu: %s\n", agent.rank(),
+                     static_cast<unsigned long long>(plan.step), e.what());
+        log << "lost " << plan.step << ' ' << batch.size() << std::endl;
+        run_broken = true;
+        continue;  // its batch goes back; the next plan moves to a new generation
+      }
+      agent.report_step({.compute_s = std::chrono::duration<double>(step_time).count(), .samples = batch.size(),
+                         .fate = fate});
+      if (batch.empty()) continue;
+      if (fate == antdt::Fate::dropped) {
+        agent.settle(fate);  // given back: served again
+        log << "drop " << plan.step << ' ' << batch.size() << std::endl;
+        continue;
+      }
+      log << "lease " << plan.step;
+      for (auto id : batch) log << ' ' << id;
+      log << std::endl;
+      if (agent.settle(fate)) {
+        log << "commit " << plan.step;
+        for (auto id : batch) log << ' ' << id;
+        log << std::endl;
+      } else {
+        log << "void " << plan.step << ' ' << batch.size() << std::endl;
+      }
+      continue;
+    }
     try {
       comm.allreduce(std::span<double>(grad), antdt::ReduceOp::sum);
     } catch (const antdt::PeerLostError& e) {
