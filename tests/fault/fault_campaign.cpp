@@ -9,7 +9,12 @@
 // and prints one table row per fault, then a summary; exit 1 on any failure.
 //
 // Usage: antdt_fault_campaign <antdt-run> <antdt-coordinator> <agent_trainer>
-//          [--faults K] [--seed S] [--kinds a,b,...] [--max-stop-s T] [--dataset N]
+//          [--faults K] [--seed S] [--kinds a,b,...] [--max-stop-s T] [--dataset N] [--partial]
+// --partial: the trainer's steps are partial AllReduces under defer, their
+// arbiter in the coordinator (docs/partial.md#where-the-arbiter-runs), so the
+// faults also land in partial steps: a killed rank is a straggler that never
+// returns, a killed coordinator takes the arbiter with it (the steps in flight
+// fail with PeerLostError and the job moves to a new generation).
 // Fault kinds (all by default):
 //   rank-kill         kill -9 of any rank, rank 0 too (antdt-run --restarts 1 starts it
 //                     again; with the coordinator apart, rank 0 holds nothing the job needs)
@@ -42,6 +47,7 @@ struct Settings {
   std::vector<std::string> kinds{"rank-kill", "rank-stop", "coordinator-kill", "flood-coordinator", "flood-root"};
   int max_stop_s = 10;
   std::uint64_t dataset = 12000;  // ~1.5 s of training: faults land mid-job
+  bool partial = false;           // the trainer's steps are partial AllReduces (defer)
 };
 
 // The pid of `rank` among antdt-run's children (read from /proc: children of
@@ -137,13 +143,20 @@ pid_t start_coordinator(const Paths& p, int port, std::uint64_t n, const std::st
                {"ANTDT_SECRET=" + kSecret, "ANTDT_TIMEOUT_MS=30000", "ANTDT_MAX_RESTARTS=1"}, db + ".out");
 }
 
-pid_t start_job(const Paths& p, int coordinator_port, int root_port, std::uint64_t n, const std::string& dir) {
-  return spawn_logged({p.run, "-n", std::to_string(kWorld), "--restarts", "1", "--root",
-                "127.0.0.1:" + std::to_string(root_port), "--", p.trainer, "train", "--out", dir, "--dataset",
-                std::to_string(n), "--global-batch", "40", "--shard-size", "40", "--step-ms", "2"},
-               {"ANTDT_TIMEOUT_MS=30000", "ANTDT_SECRET=" + kSecret,
-                "ANTDT_COORDINATOR=127.0.0.1:" + std::to_string(coordinator_port)},
-                      dir + "/job.out");
+pid_t start_job(const Paths& p, const Settings& s, int coordinator_port, int root_port, const std::string& dir) {
+  std::vector<std::string> argv{p.run, "-n", std::to_string(kWorld), "--restarts", "1", "--root",
+                                "127.0.0.1:" + std::to_string(root_port), "--", p.trainer, "train", "--out", dir,
+                                "--dataset", std::to_string(s.dataset), "--global-batch", "40", "--shard-size", "40",
+                                "--step-ms", "2"};
+  std::vector<std::string> env{"ANTDT_TIMEOUT_MS=30000", "ANTDT_SECRET=" + kSecret,
+                               "ANTDT_COORDINATOR=127.0.0.1:" + std::to_string(coordinator_port)};
+  if (s.partial) {
+    argv.emplace_back("--partial");
+    // A stopped rank catches up from the others' result caches (16-byte
+    // results); one stopped longer than this many steps restarts to re-sync.
+    env.emplace_back("ANTDT_RESULT_CACHE=1024");
+  }
+  return spawn_logged(argv, env, dir + "/job.out");
 }
 
 struct Outcome {
@@ -169,7 +182,7 @@ Outcome run_one(const Paths& p, const Settings& s, const std::string& kind, std:
     o.target = "root";
   }
   const auto start = Clock::now();
-  const pid_t job = start_job(p, coordinator_port, root_port, s.dataset, dir);
+  const pid_t job = start_job(p, s, coordinator_port, root_port, dir);
   // The fault lands 20..700 ms into the job: during start-up (the first
   // communicator is made in the first ~0.4 s) or training.
   const auto at = start + std::chrono::milliseconds(20 + random() % 681);
@@ -245,15 +258,25 @@ int main(int argc, char** argv) {
   if (argc < 4) {
     std::fprintf(stderr,
                  "usage: %s <antdt-run> <antdt-coordinator> <agent_trainer> [--faults K] [--seed S] "
-                 "[--kinds a,b] [--max-stop-s T] [--dataset N]\n",
+                 "[--kinds a,b] [--max-stop-s T] [--dataset N] [--partial]\n",
                  argv[0]);
     return 2;
   }
   const Paths paths{argv[1], argv[2], argv[3]};
   Settings s;
   const std::set<std::string> known(s.kinds.begin(), s.kinds.end());
-  for (int i = 4; i + 1 < argc; i += 2) {
-    const std::string key = argv[i], value = argv[i + 1];
+  for (int i = 4; i < argc; i += 2) {
+    const std::string key = argv[i];
+    if (key == "--partial") {
+      s.partial = true;
+      --i;  // a flag: no value
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "antdt_fault_campaign: %s needs a value\n", key.c_str());
+      return 2;
+    }
+    const std::string value = argv[i + 1];
     if (key == "--faults") s.faults = std::stoi(value);
     else if (key == "--seed") s.seed = std::stoull(value);
     else if (key == "--kinds") s.kinds = split_list(value);
@@ -274,6 +297,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::mt19937_64 random(s.seed);
+  if (s.partial) std::printf("# trainer steps: partial AllReduce (defer), the arbiter in antdt-coordinator\n");
   std::printf("%-4s %-18s %-12s %6s %7s %5s %5s %5s %5s %6s %-5s %s\n", "run", "fault", "target", "at s", "job s",
               "exit", "coord", "lost", "twice", "doubt", "model", "outcome");
   std::map<std::string, std::pair<int, int>> by_kind;  // kind -> (ok, runs)
