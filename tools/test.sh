@@ -41,16 +41,15 @@ stage_done() {
 }
 
 stage main
+flaky='^(integration\.partial_kill|integration\.policy\.rank0_kill_external)$'
 (set -x
  cmake --fresh -S "$repo" -B "$build" -G Ninja -DANTDT_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
  cmake --build "$build" -j "$jobs"
- # --repeat until-pass:2: a test that fails is run once more and counts
- # as failed only when it fails twice. Two fault tests hang in about 1 run
- # in 10-20 on a loaded 2-core machine (integration.partial_kill, 4 KiB
- # cases with rank 2 killed; docs/testing.md#known-intermittent-failures):
- # a second failure is still a red CI, and every first failure stays in
- # the log (ctest prints it).
- ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 300 --repeat until-pass:2)
+ ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 300 -E "$flaky"
+ # A known, unfixed intermittent hang (docs/testing.md#known-intermittent-failures):
+ # these tests run once more after a failure and fail CI only when they fail
+ # twice; ctest prints the first failure too.
+ ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 300 -R "$flaky" --repeat until-pass:2)
 stage_done main
 
 if [[ "${ANTDT_SKIP_SANITIZERS:-0}" == 1 ]]; then

@@ -49,6 +49,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -76,6 +78,34 @@ std::uint64_t number(const std::map<std::string, std::string>& args, const std::
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
   return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
+}
+
+// Logs a batch's lease, then commits it (`commit` returns whether the
+// coordinator took it) and logs "commit" or "void". The lease goes first: a
+// process killed between the coordinator's durable commit and its answer
+// leaves the lease in doubt (commit_log.hpp).
+template <class Commit>
+void commit_logged(std::ostream& log, std::uint64_t step, const antdt::SampleBatch& batch, Commit commit) {
+  log << "lease " << step;
+  for (auto id : batch) log << ' ' << id;
+  log << std::endl;
+  if (commit()) {
+    log << "commit " << step;
+    for (auto id : batch) log << ' ' << id;
+    log << std::endl;
+  } else {
+    log << "void " << step << ' ' << batch.size() << std::endl;
+  }
+}
+
+// A step whose collective failed: the error on stderr, "<what> <step>[ <samples>]" in the log.
+void log_step_failure(std::ostream& log, const char* what, int rank, std::uint64_t step,
+                      std::optional<std::size_t> samples, const antdt::Error& e) {
+  std::fprintf(stderr, "agent_trainer (rank %d): step %llu: %s\n", rank, static_cast<unsigned long long>(step),
+               e.what());
+  log << what << ' ' << step;
+  if (samples) log << ' ' << *samples;
+  log << std::endl;
 }
 
 // --partial: one run of partial steps on one communicator (docs/partial.md).
@@ -198,9 +228,7 @@ int train(const std::map<std::string, std::string>& args) {
         log << "rebuild " << plan.step << ' ' << agent.generation() << std::endl;
       }
     } catch (const antdt::PeerLostError& e) {
-      std::fprintf(stderr, "agent_trainer (rank %d): step %llu: %s\n", agent.rank(),
-                   static_cast<unsigned long long>(plan.step), e.what());
-      log << "lost " << plan.step << " 0" << std::endl;
+      log_step_failure(log, "lost", agent.rank(), plan.step, 0, e);
       continue;  // the next plan moves to a new generation
     }
     if (plan.stop) {
@@ -226,16 +254,12 @@ int train(const std::map<std::string, std::string>& args) {
       } catch (const antdt::ResyncError& e) {
         // Behind by more than the result cache: its model cannot catch up
         // here. Restarted, it re-syncs from a rank that kept its model.
-        std::fprintf(stderr, "agent_trainer (rank %d): step %llu: %s\n", agent.rank(),
-                     static_cast<unsigned long long>(plan.step), e.what());
-        log << "resync " << plan.step << std::endl;
+        log_step_failure(log, "resync", agent.rank(), plan.step, std::nullopt, e);
         run.resync_pending = true;
         agent.request_restart();
         continue;  // its batch goes back
       } catch (const antdt::PeerLostError& e) {
-        std::fprintf(stderr, "agent_trainer (rank %d): step %llu: %s\n", agent.rank(),
-                     static_cast<unsigned long long>(plan.step), e.what());
-        log << "lost " << plan.step << ' ' << batch.size() << std::endl;
+        log_step_failure(log, "lost", agent.rank(), plan.step, batch.size(), e);
         run_broken = true;
         continue;  // its batch goes back; the next plan moves to a new generation
       }
@@ -247,16 +271,7 @@ int train(const std::map<std::string, std::string>& args) {
         log << "drop " << plan.step << ' ' << batch.size() << std::endl;
         continue;
       }
-      log << "lease " << plan.step;
-      for (auto id : batch) log << ' ' << id;
-      log << std::endl;
-      if (agent.settle(fate)) {
-        log << "commit " << plan.step;
-        for (auto id : batch) log << ' ' << id;
-        log << std::endl;
-      } else {
-        log << "void " << plan.step << ' ' << batch.size() << std::endl;
-      }
+      commit_logged(log, plan.step, batch, [&] { return agent.settle(fate); });
       continue;
     }
     try {
@@ -264,28 +279,13 @@ int train(const std::map<std::string, std::string>& args) {
     } catch (const antdt::PeerLostError& e) {
       // A rank died: this step's result is not applied, its batch goes back
       // (next_step gives back an unsettled batch), and the Agent tells the coordinator.
-      std::fprintf(stderr, "agent_trainer (rank %d): step %llu: %s\n", agent.rank(),
-                   static_cast<unsigned long long>(plan.step), e.what());
-      log << "lost " << plan.step << ' ' << batch.size() << std::endl;
+      log_step_failure(log, "lost", agent.rank(), plan.step, batch.size(), e);
       continue;
     }
     model[0] += grad[0];
     model[1] += grad[1];
     agent.report_step({.compute_s = std::chrono::duration<double>(step_time).count(), .samples = batch.size()});
-    if (!batch.empty()) {
-      // Logged before the commit too: a process killed between the coordinator's
-      // durable commit and its answer leaves the lease in doubt (commit_log.hpp).
-      log << "lease " << plan.step;
-      for (auto id : batch) log << ' ' << id;
-      log << std::endl;
-      if (agent.commit()) {
-        log << "commit " << plan.step;
-        for (auto id : batch) log << ' ' << id;
-        log << std::endl;
-      } else {
-        log << "void " << plan.step << ' ' << batch.size() << std::endl;
-      }
-    }
+    if (!batch.empty()) commit_logged(log, plan.step, batch, [&] { return agent.commit(); });
   }
   // Every replica must hold the same model: compare min and max over ranks.
   antdt::Communicator& comm = agent.communicator();
