@@ -238,7 +238,18 @@ int run_rank(const std::string& policy_name, std::size_t count, int victim, cons
                 antdt::straggler_class_name(cls).data());
     ok = false;
   }
-  // A plain collective with the dead rank in it: PeerLostError, at once.
+  // A plain collective with the dead rank in it: PeerLostError, at once. Only
+  // once every survivor is done with its partial steps: the first survivor's
+  // plain allreduce aborts the communicator, which would fail a survivor still
+  // fetching its last results in partial_finish.
+  touch(dir + "/finished." + std::to_string(rank));
+  for (const auto wait_from = Clock::now(); since(wait_from) < kRunBoundS / 2;) {
+    bool all = true;
+    for (int r = 0; r < kRanks; ++r)
+      all = all && (r == victim || std::filesystem::exists(dir + "/finished." + std::to_string(r)));
+    if (all) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
   const auto start = Clock::now();
   std::string plain;
   try {
@@ -312,7 +323,9 @@ bool run_case(const std::string& self, const std::string& policy, std::size_t fl
                              "ANTDT_RANK=" + std::to_string(r),
                              // Without compute between steps, drop lets the fast ranks run ahead of the others by
                              // more than the default 4 cached results (ResyncError, docs/partial.md): keep enough.
-                             "ANTDT_RESULT_CACHE=64"});
+                             // On a loaded machine a survivor fell 90 steps behind: for 4 KiB the cache holds
+                             // every step of the run (4 MiB), for 1 MiB 64 (64 MiB).
+                             floats <= 1024 ? "ANTDT_RESULT_CACHE=1024" : "ANTDT_RESULT_CACHE=64"});
     const auto env = child_process::child_environment(vars);
     pids[static_cast<std::size_t>(r)] =
         child_process::launch({self, "rank", policy, std::to_string(floats), std::to_string(victim), dir}, env);
