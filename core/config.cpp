@@ -171,6 +171,7 @@ constexpr std::array<std::pair<std::string_view, ProgressMode>, 3> kProgressMode
 constexpr std::array<std::pair<std::string_view, bool>, 2> kAsyncProgress{{{"thread", true}, {"caller", false}}};
 constexpr std::array<std::pair<std::string_view, BindMode>, 4> kBindModes{{
     {"auto", BindMode::automatic}, {"none", BindMode::none}, {"cores", BindMode::cores}, {"numa", BindMode::numa}}};
+constexpr std::array<std::pair<std::string_view, UcxShm>, 2> kUcxShmModes{{{"fast", UcxShm::fast}, {"safe", UcxShm::safe}}};
 constexpr std::array<std::pair<std::string_view, std::string_view>, 3> kDdsShuffles{{
     {"samples", "samples"}, {"blocks", "blocks"}, {"none", "none"}}};
 
@@ -380,6 +381,7 @@ Config Config::from_env(const Lookup& lookup) {
   if (auto v = env.choice("ANTDT_BIND", kBindModes)) c.bind = *v;
   if (auto v = env.choice("ANTDT_ASYNC_PROGRESS", kAsyncProgress)) c.progress_thread = *v;
   if (auto v = env.bytes("ANTDT_UCX_SPLIT_BYTES", 0, kMaxUcxSplitBytes)) c.ucx_split_bytes = static_cast<std::size_t>(*v);
+  if (auto v = env.choice("ANTDT_UCX_SHM", kUcxShmModes)) c.ucx_shm = *v;
 
   if (auto v = env.integer("ANTDT_RANK", 0, INT_MAX - 1, "this process's rank")) c.rank = static_cast<int>(*v);
   if (auto v = env.integer("ANTDT_WORLD_SIZE", 1, INT_MAX, "number of ranks")) c.world_size = static_cast<int>(*v);
@@ -516,6 +518,7 @@ std::vector<std::string> Config::describe() const {
   lines.push_back(cat("ANTDT_BIND=", name_of(bind, kBindModes)));
   lines.push_back(cat("ANTDT_ASYNC_PROGRESS=", name_of(progress_thread, kAsyncProgress)));
   lines.push_back(cat("ANTDT_UCX_SPLIT_BYTES=", format_bytes(ucx_split_bytes)));
+  lines.push_back(cat("ANTDT_UCX_SHM=", name_of(ucx_shm, kUcxShmModes)));
   lines.push_back(cat("ANTDT_RANK=", optional_int(rank)));
   lines.push_back(cat("ANTDT_WORLD_SIZE=", optional_int(world_size)));
   lines.push_back(cat("ANTDT_LOCAL_RANK=", optional_int(local_rank)));

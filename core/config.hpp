@@ -24,6 +24,10 @@ enum class AllreduceAlgo { automatic, ring, recursive_doubling, shm, hierarchica
 enum class GpuPath { automatic, ipc, staged, direct };  // ANTDT_GPU_PATH (docs/gpu.md)
 // Where the partial collectives' arbiter runs (ANTDT_PARTIAL_ARBITER, docs/partial.md#where-the-arbiter-runs).
 enum class PartialArbiter { automatic, rank0, coordinator };
+// Whether UCX's shared-memory transports carry messages between ranks of a
+// node (ANTDT_UCX_SHM, docs/configuration.md#dead-ranks): fast, or safe from
+// a rank killed in the middle of a send (TCP loopback).
+enum class UcxShm { fast, safe };
 
 struct Config {
   LogLevel log_level = LogLevel::warn;                       // ANTDT_DEBUG=ERROR|WARN|INFO|TRACE
@@ -39,6 +43,7 @@ struct Config {
   BindMode bind = BindMode::automatic;                       // ANTDT_BIND=auto|none|cores|numa
   bool progress_thread = true;                               // ANTDT_ASYNC_PROGRESS=thread|caller: who runs non-blocking collectives
   std::size_t ucx_split_bytes = 64u << 10;                   // ANTDT_UCX_SPLIT_BYTES, 0..1G: payloads this large go as a contiguous UCX message of their own (0: never)
+  UcxShm ucx_shm = UcxShm::fast;                             // ANTDT_UCX_SHM=fast|safe
 
   // Job membership (bootstrap). Unset optionals mean "not given".
   std::optional<int> rank;                                   // ANTDT_RANK

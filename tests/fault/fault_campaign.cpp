@@ -155,6 +155,10 @@ pid_t start_job(const Paths& p, const Settings& s, int coordinator_port, int roo
     // A stopped rank catches up from the others' result caches (16-byte
     // results); one stopped longer than this many steps restarts to re-sync.
     env.emplace_back("ANTDT_RESULT_CACHE=1024");
+    // The partial steps go on past a kill -9 on the same communicator: UCX's
+    // shared memory would leave a peer's FIFO blocked by a rank killed in the
+    // middle of a send (docs/configuration.md#dead-ranks).
+    env.emplace_back("ANTDT_UCX_SHM=safe");
   }
   return spawn_logged(argv, env, dir + "/job.out");
 }

@@ -298,6 +298,10 @@ bool run_case(const std::string& self, const std::string& policy, std::size_t fl
   const char* log_level = std::getenv("PARTIAL_KILL_DEBUG") ? std::getenv("PARTIAL_KILL_DEBUG") : "warn";
   const std::vector<std::string> common = {"ANTDT_TIMEOUT_MS=" + std::to_string(kTimeoutMs),
                                            "ANTDT_SECRET=0123456789abcdef0123456789abcdef", "UCX_WARN_UNUSED_ENV_VARS=n",
+                                           // Survivors go on past a kill -9: without it, a rank killed while UCX's
+                                           // shared memory writes its message into a peer's FIFO blocks that FIFO
+                                           // for good (about 1 kill in 75-150 at 4 KiB; docs/configuration.md#dead-ranks).
+                                           "ANTDT_UCX_SHM=safe",
                                            std::string("ANTDT_DEBUG=") + log_level};
   // -ext: an antdt-coordinator apart hosts the arbiter (ANTDT_PARTIAL_ARBITER=auto picks it).
   pid_t coordinator = -1;
@@ -323,9 +327,9 @@ bool run_case(const std::string& self, const std::string& policy, std::size_t fl
                              "ANTDT_RANK=" + std::to_string(r),
                              // Without compute between steps, drop lets the fast ranks run ahead of the others by
                              // more than the default 4 cached results (ResyncError, docs/partial.md): keep enough.
-                             // On a loaded machine a survivor fell 90 steps behind: for 4 KiB the cache holds
-                             // every step of the run (4 MiB), for 1 MiB 64 (64 MiB).
-                             floats <= 1024 ? "ANTDT_RESULT_CACHE=1024" : "ANTDT_RESULT_CACHE=64"});
+                             // On a loaded machine survivors fell 66-90 steps behind: for 4 KiB the cache
+                             // holds every step of the run (4 MiB), for 1 MiB 192 steps (192 MiB per rank).
+                             floats <= 1024 ? "ANTDT_RESULT_CACHE=1024" : "ANTDT_RESULT_CACHE=192"});
     const auto env = child_process::child_environment(vars);
     pids[static_cast<std::size_t>(r)] =
         child_process::launch({self, "rank", policy, std::to_string(floats), std::to_string(victim), dir}, env);

@@ -24,6 +24,10 @@ fail() { echo "policy_rank0_kill: FAIL: $*"; for f in "$work"/*.log; do echo "--
 
 steps=300 batch=128
 export ANTDT_SECRET=0123456789abcdef0123456789abcdef UCX_WARN_UNUSED_ENV_VARS=n ANTDT_TIMEOUT_MS=20000
+# A rank killed while UCX's shared memory writes its message into a peer's FIFO
+# blocks that peer's FIFO for good: the partial steps going on past the kill
+# need ANTDT_UCX_SHM=safe (docs/configuration.md#dead-ranks).
+export ANTDT_UCX_SHM=safe
 export ANTDT_POLICY=antdt-dd
 # A coordinator on a free port (a port taken meanwhile: try another).
 for attempt in 1 2 3 4 5; do

@@ -112,6 +112,10 @@ TEST(Config, EnumsAndStrings) {
   EXPECT_EQ(parse({{"ANTDT_BIND", "NONE"}}).bind, BindMode::none);
   EXPECT_EQ(parse({{"ANTDT_BIND", "cores"}}).bind, BindMode::cores);
   EXPECT_EQ(parse({{"ANTDT_BIND", "Numa"}}).bind, BindMode::numa);
+  EXPECT_EQ(parse({}).ucx_shm, UcxShm::fast);
+  EXPECT_EQ(parse({{"ANTDT_UCX_SHM", "safe"}}).ucx_shm, UcxShm::safe);
+  EXPECT_EQ(parse({{"ANTDT_UCX_SHM", "Fast"}}).ucx_shm, UcxShm::fast);
+  EXPECT_NE(error_for({{"ANTDT_UCX_SHM", "off"}}).find("fast, safe"), std::string::npos);
   EXPECT_EQ(parse({{"ANTDT_BOOTSTRAP_DIR", "/var/tmp/antdt"}}).bootstrap_dir, "/var/tmp/antdt");
   EXPECT_EQ(parse({}).gpu_path, GpuPath::automatic);
   EXPECT_EQ(parse({{"ANTDT_GPU_PATH", "ipc"}}).gpu_path, GpuPath::ipc);
@@ -183,7 +187,7 @@ TEST(Config, InvalidValuesNameTheVariableAndValue) {
       {"ANTDT_CHUNK_BYTES", "-4K"},     {"ANTDT_CHUNK_BYTES", "1.5M"},    {"ANTDT_CHUNK_BYTES", "4KB"},
       {"ANTDT_CHUNK_BYTES", "3k"},      {"ANTDT_CHUNK_BYTES", "9999999999999999999G"},
       {"ANTDT_PROGRESS", "busy"},       {"ANTDT_SPIN_US", "-1"},          {"ANTDT_SPIN_US", "1000001"},
-      {"ANTDT_BIND", "socket"},         {"ANTDT_RANK", "-1"},             {"ANTDT_RANK", "one"},
+      {"ANTDT_BIND", "socket"},         {"ANTDT_UCX_SHM", "yes"},        {"ANTDT_RANK", "-1"},             {"ANTDT_RANK", "one"},
       {"ANTDT_RANK", "2147483647"},     {"ANTDT_WORLD_SIZE", "0"},        {"ANTDT_WORLD_SIZE", "2147483648"},
       {"ANTDT_LOCAL_RANK", "x"},        {"ANTDT_LOCAL_SIZE", "0"},        {"ANTDT_ROOT", "host"},
       {"ANTDT_ROOT", "host:0"},         {"ANTDT_ROOT", "host:65536"},     {"ANTDT_ROOT", ":80"},

@@ -142,17 +142,28 @@ void check_ucs(ucs_status_t status, std::string_view what) {
 // UCX 1.13 leaves its shared-memory transports (posix, sysv) out of endpoints
 // that ask for peer error handling unless they advertise it, and then every
 // message between ranks of one host goes over TCP loopback (measured here:
-// 6.5 us and 1.1 GB/s instead of 0.8 us and 11.7 GB/s). These variables make
-// them advertise it. A dead peer process is then found by UCX's keepalive,
-// every 20 s by default; 2 s finds it within seconds (measured: a killed rank
-// is reported 2.0 s later) and does not flag a live rank that is merely busy,
-// as the check is whether the process exists. UCX reads these only from the
-// environment; a value the user set is kept.
-void default_ucx_environment() {
+// 6.5 us and 1.1 GB/s instead of 0.8 us and 11.7 GB/s). ANTDT_UCX_SHM=fast
+// (the default) makes them advertise it. A dead peer process is then found by
+// UCX's keepalive, every 20 s by default; 2 s finds it within seconds
+// (measured: a killed rank is reported 2.0 s later) and does not flag a live
+// rank that is merely busy, as the check is whether the process exists.
+//
+// What UCX does not survive there: a sender takes a slot of the receiver's
+// FIFO, writes the message, then marks the slot written, and the receiver
+// reads slots strictly in order. A rank killed between the two leaves a slot
+// that is never marked: its receiver takes no message from anyone over shared
+// memory any more, and every wait on it ends only at ANTDT_TIMEOUT_MS (about 1
+// kill in 75-150 at 4 KiB, docs/configuration.md#dead-ranks).
+// ANTDT_UCX_SHM=safe leaves UCX's choice (TCP loopback), for jobs that must go
+// on past a kill -9 (partial collectives under drop/defer). UCX reads these
+// only from the environment, once per process (the first transport's mode
+// holds); a value the user set is kept.
+void default_ucx_environment(UcxShm mode) {
   static std::once_flag once;
-  std::call_once(once, [] {
-    ::setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
-    ::setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
+  std::call_once(once, [mode] {
+    const char* shm_with_peer_errors = mode == UcxShm::fast ? "y" : "n";
+    ::setenv("UCX_POSIX_ERROR_HANDLING", shm_with_peer_errors, 0);
+    ::setenv("UCX_SYSV_ERROR_HANDLING", shm_with_peer_errors, 0);
     ::setenv("UCX_KEEPALIVE_INTERVAL", "2s", 0);
   });
 }
@@ -433,7 +444,7 @@ UcxTransport::UcxTransport(Bootstrap& boot, const Config& cfg, const UcxOptions&
   check_peer(rank_, size_, "make_ucx_transport");
 
   // UCX_* environment variables (UCX_TLS, UCX_NET_DEVICES, ...) are read here by UCX itself.
-  default_ucx_environment();
+  default_ucx_environment(cfg.ucx_shm);
   ucp_config_t* raw_config = nullptr;
   check_ucs(ucp_config_read(nullptr, nullptr, &raw_config), "ucp_config_read");
   ConfigPtr config(raw_config);
