@@ -46,9 +46,10 @@ flaky='^(integration\.partial_kill|integration\.policy\.rank0_kill_external|inte
  cmake --fresh -S "$repo" -B "$build" -G Ninja -DANTDT_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
  cmake --build "$build" -j "$jobs"
  ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 300 -E "$flaky"
- # A known, unfixed intermittent hang (docs/testing.md#known-intermittent-failures):
- # these tests run once more after a failure and fail CI only when they fail
- # twice; ctest prints the first failure too.
+ # Tests whose intermittent failures were found and fixed on 2026-12-06
+ # (docs/testing.md#known-intermittent-failures), retried until CI has shown
+ # them clean: they run once more after a failure and fail CI only when they
+ # fail twice; ctest prints the first failure too.
  ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 300 -R "$flaky" --repeat until-pass:2)
 stage_done main
 

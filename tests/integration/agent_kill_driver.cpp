@@ -74,27 +74,6 @@ pid_t wait_for_victim(const std::string& dir, std::size_t batches, std::chrono::
   return 0;
 }
 
-// The local batch of the last plan in `file` when no lease or outcome of a
-// batch follows it: the process ended inside that step, perhaps after its
-// allreduce (its samples then trained, never committed, served again).
-std::uint64_t unleased_plan_samples(const std::map<std::string, std::vector<std::string>>& files,
-                                    const std::string& file) {
-  auto it = files.find(file);
-  if (it == files.end()) return 0;
-  std::uint64_t pending = 0;
-  for (const auto& line : it->second) {
-    std::istringstream in(line);
-    std::string word;
-    std::uint64_t step = 0, batch = 0;
-    in >> word >> step >> batch;
-    if (word == "plan") pending = batch;
-    else if (word == "lease" || word == "commit" || word == "void" || word == "lost" || word == "drop" ||
-             word == "skip" || word == "exit")
-      pending = 0;
-  }
-  return pending;
-}
-
 void check_common(const std::string& dir, const Logs& s) {
   const int epochs = static_cast<int>(kEpochs);
   const std::uint64_t bad = s.wrong(epochs);
@@ -114,7 +93,8 @@ void check_common(const std::string& dir, const Logs& s) {
   // those of the dead rank's last lease when it died before committing it, and
   // those of its last plan when it died after the step's allreduce and before
   // its lease line (the survivors applied them; nobody committed them).
-  const std::uint64_t unleased = unleased_plan_samples(s.files, log_name(victim_rank, 0));
+  const auto victim_log = s.unleased_plan.find(log_name(victim_rank, 0));
+  const std::uint64_t unleased = victim_log != s.unleased_plan.end() ? victim_log->second : 0;
   const std::uint64_t again = s.broken + s.in_doubt_samples() + unleased;
   check(total >= low && total <= low + again,
         "the model counted " + std::to_string(total) + " samples: each one at least once (" + std::to_string(low) +

@@ -31,6 +31,10 @@ struct CommitLog {
   std::uint64_t batches = 0;  // commit lines
   std::uint64_t voided = 0;   // samples of batches the coordinator had taken back (it restarted)
   std::uint64_t broken = 0;   // samples of steps whose allreduce raised PeerLostError ("lost <step> <n>")
+  // Per file: the local batch of its last "plan" line when no lease or outcome
+  // follows it (the process ended inside that step, perhaps after its
+  // allreduce: those samples trained, never committed, served again).
+  std::map<std::string, std::uint64_t> unleased_plan;
   std::vector<std::string> out_of_range;             // "file: id" of ids >= the dataset size
   std::map<std::string, std::vector<std::string>> files;  // every log, by file name
 
@@ -86,11 +90,19 @@ inline CommitLog read(const std::string& dir, std::uint64_t dataset) {
     const std::string name = entry.path().filename().string();
     auto& lines = s.files[name] = agent_test::read_lines(entry.path().string());
     std::vector<std::uint64_t> open_lease;  // the last lease without an outcome yet
+    std::uint64_t plan_batch = 0;           // the last plan's local batch, until a lease or outcome
     for (const auto& line : lines) {
       std::istringstream in(line);
       std::string word;
       std::uint64_t step = 0, n = 0;
       in >> word >> step;
+      if (word == "plan") {
+        plan_batch = (in >> n) ? n : 0;
+        continue;
+      }
+      if (word == "lease" || word == "commit" || word == "void" || word == "lost" || word == "drop" ||
+          word == "skip" || word == "exit")
+        plan_batch = 0;
       if (word == "lease" || word == "commit") {
         std::vector<std::uint64_t> ids;
         for (std::uint64_t id; in >> id;) {
@@ -112,6 +124,7 @@ inline CommitLog read(const std::string& dir, std::uint64_t dataset) {
       }
     }
     for (const auto id : open_lease) ++s.in_doubt[id];
+    s.unleased_plan[name] = plan_batch;
   }
   return s;
 }

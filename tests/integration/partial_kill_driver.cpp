@@ -300,7 +300,7 @@ bool run_case(const std::string& self, const std::string& policy, std::size_t fl
                                            "ANTDT_SECRET=0123456789abcdef0123456789abcdef", "UCX_WARN_UNUSED_ENV_VARS=n",
                                            // Survivors go on past a kill -9: without it, a rank killed while UCX's
                                            // shared memory writes its message into a peer's FIFO blocks that FIFO
-                                           // for good (about 1 kill in 75-150 at 4 KiB; docs/configuration.md#dead-ranks).
+                                           // for good (about 1 kill in 150 at 4 KiB; docs/configuration.md#dead-ranks).
                                            "ANTDT_UCX_SHM=safe",
                                            std::string("ANTDT_DEBUG=") + log_level};
   // -ext: an antdt-coordinator apart hosts the arbiter (ANTDT_PARTIAL_ARBITER=auto picks it).

@@ -153,7 +153,7 @@ void check_ucs(ucs_status_t status, std::string_view what) {
 // reads slots strictly in order. A rank killed between the two leaves a slot
 // that is never marked: its receiver takes no message from anyone over shared
 // memory any more, and every wait on it ends only at ANTDT_TIMEOUT_MS (about 1
-// kill in 75-150 at 4 KiB, docs/configuration.md#dead-ranks).
+// kill in 150 at 4 KiB, docs/configuration.md#dead-ranks).
 // ANTDT_UCX_SHM=safe leaves UCX's choice (TCP loopback), for jobs that must go
 // on past a kill -9 (partial collectives under drop/defer). UCX reads these
 // only from the environment, once per process (the first transport's mode
