@@ -12,6 +12,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace antdt::sched {
@@ -41,17 +42,48 @@ struct LostRank {
   bool operator==(const LostRank&) const = default;
 };
 
+// A step whose plan the coordinator handed out ("froze"): every rank asking
+// for it gets the same generation, stop flag and restart orders, also from a
+// coordinator process started after a crash. Without it, a restarted
+// coordinator plans from step 1 again and refuses the plan a slower rank
+// still needs (ranks of partial steps are a step or more apart).
+struct FrozenStep {
+  std::uint64_t step = 0;
+  std::uint64_t generation = 0;
+  bool stop = false;
+  std::vector<std::pair<int, std::uint32_t>> restarts;  // rank, incarnation told to exit
+
+  bool operator==(const FrozenStep&) const = default;
+};
+
+// A communicator generation the coordinator planned: its first step and its
+// members (job ranks in communicator-rank order).
+struct GenerationRecord {
+  std::uint64_t generation = 0;
+  std::uint64_t start = 0;
+  std::vector<std::uint32_t> members;
+
+  bool operator==(const GenerationRecord&) const = default;
+};
+
 // The coordinator's own rows, written in the same transaction as the DDS's.
 struct CoordinatorRows {
   std::span<const SettleRecord> settled;
   std::span<const LostRank> lost;
-  bool empty() const noexcept { return settled.empty() && lost.empty(); }
+  std::span<const FrozenStep> frozen;
+  std::span<const GenerationRecord> generations;
+  std::uint64_t frozen_kept_from = 0;  // frozen steps below it are no longer kept (0: no change)
+  bool empty() const noexcept {
+    return settled.empty() && lost.empty() && frozen.empty() && generations.empty() && frozen_kept_from == 0;
+  }
 };
 
 struct StoredState {
   DdsCheckpoint dds;
   std::vector<SettleRecord> settled;  // one per rank at most
   std::vector<LostRank> lost;         // the ranks lost for good (gone = true), by rank
+  std::vector<FrozenStep> frozen;     // the frozen steps still kept, by step
+  std::vector<GenerationRecord> generations;  // by generation
 };
 
 class DdsStore {

@@ -11,6 +11,7 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <utility>
 
 namespace antdt::sched {
@@ -38,6 +39,12 @@ CREATE TABLE IF NOT EXISTS settled (rank INTEGER PRIMARY KEY, lease INTEGER NOT 
   ok INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS lost_ranks (rank INTEGER PRIMARY KEY, incarnation INTEGER NOT NULL,
   generation INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS frozen_steps (step INTEGER PRIMARY KEY, generation INTEGER NOT NULL, stop INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS frozen_restarts (step INTEGER NOT NULL, rank INTEGER NOT NULL,
+  incarnation INTEGER NOT NULL, PRIMARY KEY (step, rank));
+CREATE TABLE IF NOT EXISTS generations (generation INTEGER PRIMARY KEY, start INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS generation_members (generation INTEGER NOT NULL, idx INTEGER NOT NULL,
+  rank INTEGER NOT NULL, PRIMARY KEY (generation, idx));
 )sql";
 
 std::int64_t s64(std::uint64_t v) noexcept { return static_cast<std::int64_t>(v); }
@@ -112,6 +119,13 @@ class SqliteDdsStore final : public DdsStore {
     put_settled_ = Statement(db_, "INSERT OR REPLACE INTO settled VALUES (?1, ?2, ?3, ?4)", where_);
     put_lost_ = Statement(db_, "INSERT OR REPLACE INTO lost_ranks VALUES (?1, ?2, ?3)", where_);
     del_lost_ = Statement(db_, "DELETE FROM lost_ranks WHERE rank = ?1", where_);
+    put_frozen_ = Statement(db_, "INSERT OR REPLACE INTO frozen_steps VALUES (?1, ?2, ?3)", where_);
+    put_frozen_restart_ = Statement(db_, "INSERT OR REPLACE INTO frozen_restarts VALUES (?1, ?2, ?3)", where_);
+    prune_frozen_ = Statement(db_, "DELETE FROM frozen_steps WHERE step < ?1", where_);
+    prune_frozen_restarts_ = Statement(db_, "DELETE FROM frozen_restarts WHERE step < ?1", where_);
+    put_generation_ = Statement(db_, "INSERT OR REPLACE INTO generations VALUES (?1, ?2)", where_);
+    del_generation_members_ = Statement(db_, "DELETE FROM generation_members WHERE generation = ?1", where_);
+    put_generation_member_ = Statement(db_, "INSERT INTO generation_members VALUES (?1, ?2, ?3)", where_);
     put_job_ = Statement(db_,
                          "INSERT OR REPLACE INTO job VALUES (1, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
                          "?14, ?15, ?16, ?17, ?18, ?19, ?20)",
@@ -122,7 +136,9 @@ class SqliteDdsStore final : public DdsStore {
   ~SqliteDdsStore() override {
     // Statements first: sqlite3_close refuses while any is alive.
     for (Statement* st : {&put_shard_, &del_shard_, &put_lease_, &del_lease_, &put_piece_, &del_pieces_, &put_rank_,
-                          &put_queue_, &put_settled_, &put_lost_, &del_lost_, &put_job_, &put_file_})
+                          &put_queue_, &put_settled_, &put_lost_, &del_lost_, &put_frozen_, &put_frozen_restart_,
+                          &prune_frozen_, &prune_frozen_restarts_, &put_generation_, &del_generation_members_,
+                          &put_generation_member_, &put_job_, &put_file_})
       *st = Statement();
     sqlite3_close(db_);
   }
@@ -200,6 +216,32 @@ class SqliteDdsStore final : public DdsStore {
       const std::int64_t r = sqlite3_column_int64(st, 0);
       if (r < 0 || static_cast<std::size_t>(r) >= ranks) malformed("a lost rank beyond the world size");
       out.lost.push_back({static_cast<int>(r), static_cast<std::uint32_t>(u64(st, 1)), u64(st, 2), true});
+    });
+    const auto rank_in_range = [&](sqlite3_stmt* st, int col, const char* what) {
+      const std::int64_t r = sqlite3_column_int64(st, col);
+      if (r < 0 || static_cast<std::size_t>(r) >= ranks) malformed(what);
+      return r;
+    };
+    each("SELECT step, generation, stop FROM frozen_steps ORDER BY step", [&](sqlite3_stmt* st) {
+      out.frozen.push_back({u64(st, 0), u64(st, 1), sqlite3_column_int(st, 2) != 0, {}});
+    });
+    each("SELECT step, rank, incarnation FROM frozen_restarts ORDER BY step, rank", [&](sqlite3_stmt* st) {
+      const std::uint64_t step = u64(st, 0);
+      const auto it = std::lower_bound(out.frozen.begin(), out.frozen.end(), step,
+                                       [](const FrozenStep& f, std::uint64_t wanted) { return f.step < wanted; });
+      if (it == out.frozen.end() || it->step != step) malformed("a restart order of a step that is not frozen");
+      it->restarts.emplace_back(static_cast<int>(rank_in_range(st, 1, "a restart order beyond the world size")),
+                                static_cast<std::uint32_t>(u64(st, 2)));
+    });
+    each("SELECT generation, start FROM generations ORDER BY generation", [&](sqlite3_stmt* st) {
+      out.generations.push_back({u64(st, 0), u64(st, 1), {}});
+    });
+    each("SELECT generation, rank FROM generation_members ORDER BY generation, idx", [&](sqlite3_stmt* st) {
+      const std::uint64_t g = u64(st, 0);
+      const auto it = std::lower_bound(out.generations.begin(), out.generations.end(), g,
+                                       [](const GenerationRecord& r, std::uint64_t x) { return r.generation < x; });
+      if (it == out.generations.end() || it->generation != g) malformed("a member of a generation that is not stored");
+      it->members.push_back(static_cast<std::uint32_t>(rank_in_range(st, 1, "a generation member beyond the world size")));
     });
     // One set of consistency rules for every stored form: the checkpoint
     // reader's (ranges, ownership, accounting), on the text of this state.
@@ -291,6 +333,15 @@ class SqliteDdsStore final : public DdsStore {
         }
         run(st);
       }
+      if (rows.frozen_kept_from > 0) {
+        for (Statement* prune : {&prune_frozen_, &prune_frozen_restarts_}) {
+          sqlite3_stmt* st = reset(*prune);
+          sqlite3_bind_int64(st, 1, s64(rows.frozen_kept_from));
+          run(st);
+        }
+      }
+      for (const FrozenStep& f : rows.frozen) put_frozen(f);
+      for (const GenerationRecord& g : rows.generations) put_generation(g);
       exec("COMMIT");
     } catch (...) {
       sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
@@ -370,6 +421,37 @@ class SqliteDdsStore final : public DdsStore {
     sqlite3_bind_int64(st, 3, s64(taken));
     run(st);
   }
+  void put_frozen(const FrozenStep& f) {
+    sqlite3_stmt* st = reset(put_frozen_);
+    sqlite3_bind_int64(st, 1, s64(f.step));
+    sqlite3_bind_int64(st, 2, s64(f.generation));
+    sqlite3_bind_int(st, 3, f.stop ? 1 : 0);
+    run(st);
+    for (const auto& [rank, incarnation] : f.restarts) {
+      st = reset(put_frozen_restart_);
+      sqlite3_bind_int64(st, 1, s64(f.step));
+      sqlite3_bind_int64(st, 2, rank);
+      sqlite3_bind_int64(st, 3, incarnation);
+      run(st);
+    }
+  }
+  void put_generation(const GenerationRecord& g) {
+    sqlite3_stmt* st = reset(put_generation_);
+    sqlite3_bind_int64(st, 1, s64(g.generation));
+    sqlite3_bind_int64(st, 2, s64(g.start));
+    run(st);
+    st = reset(del_generation_members_);
+    sqlite3_bind_int64(st, 1, s64(g.generation));
+    run(st);
+    std::int64_t idx = 0;
+    for (const std::uint32_t rank : g.members) {
+      st = reset(put_generation_member_);
+      sqlite3_bind_int64(st, 1, s64(g.generation));
+      sqlite3_bind_int64(st, 2, idx++);
+      sqlite3_bind_int64(st, 3, rank);
+      run(st);
+    }
+  }
   void put_queue(const std::vector<std::uint64_t>& queue) {
     std::int64_t pos = 0;
     for (const std::uint64_t id : queue) {
@@ -383,7 +465,8 @@ class SqliteDdsStore final : public DdsStore {
   std::string path_, where_;
   sqlite3* db_ = nullptr;
   Statement put_shard_, del_shard_, put_lease_, del_lease_, put_piece_, del_pieces_, put_rank_, put_queue_,
-      put_settled_, put_lost_, del_lost_, put_job_, put_file_;
+      put_settled_, put_lost_, del_lost_, put_frozen_, put_frozen_restart_, prune_frozen_, prune_frozen_restarts_,
+      put_generation_, del_generation_members_, put_generation_member_, put_job_, put_file_;
 };
 
 }  // namespace

@@ -84,6 +84,7 @@ Coordinator::Coordinator(CoordinatorOptions options)
   if (options_.global_batch == 0) options_.global_batch = 32 * static_cast<std::uint64_t>(options_.world_size);
   if (options_.dataset_size > 0 && !options_.database_path.empty())
     check_writable_path(options_.database_path, "database", kDatabaseVariables);
+  members_.resize(static_cast<std::size_t>(options_.world_size));
   std::vector<sched::LostRank> lost_for_good;
   if (options_.dataset_size > 0) {
     dds_ = std::make_unique<sched::Dds>(sched::Dataset::samples(options_.dataset_size), options_.dds);
@@ -109,10 +110,12 @@ Coordinator::Coordinator(CoordinatorOptions options)
       dds_ = sched::Dds::resume(std::move(stored->dds), &returned);
       for (const auto& r : stored->settled) settled_[r.rank] = r;
       lost_for_good = std::move(stored->lost);
+      restore_plans(*stored);
       resumed_ = true;
       const auto p = dds_->progress();
       ANTDT_INFO("coordinator: resumed the data sharding state from ", store_->describe(), " (epoch ", p.epoch, ", ",
-                 p.total_committed, " samples committed, ", returned, " samples of open leases back to the queue)");
+                 p.total_committed, " samples committed, ", returned, " samples of open leases back to the queue; ",
+                 "plans handed out up to step ", highest_frozen_, ", communicator generation ", generation_, ")");
     } else if (!options_.checkpoint_path.empty() && std::filesystem::exists(options_.checkpoint_path)) {
       resumed_ = true;
       dds_->restore(options_.checkpoint_path);
@@ -132,7 +135,6 @@ Coordinator::Coordinator(CoordinatorOptions options)
     controller_ = std::make_unique<sched::Controller>(*monitor_, make_policy(options_.policy, split.policy_config),
                                                       split.options);
   }
-  members_.resize(static_cast<std::size_t>(options_.world_size));
   // Ranks an earlier coordinator process declared lost for good stay lost:
   // not members of the next generation, no share of the global batch.
   for (const sched::LostRank& r : lost_for_good) {
@@ -176,11 +178,40 @@ void Coordinator::sync() {
   std::lock_guard lock(mu_);
   if (!store_ || !dds_) return;
   const sched::DdsChanges changes = dds_->take_changes();
-  if (!changes.any && settled_dirty_.empty() && lost_dirty_.empty()) return;
-  store_->write(dds_->dataset(), dds_->options(), changes, sched::CoordinatorRows{settled_dirty_, lost_dirty_});
+  const sched::CoordinatorRows rows{settled_dirty_, lost_dirty_, frozen_dirty_, generations_dirty_,
+                                    frozen_kept_from_dirty_};
+  if (!changes.any && rows.empty()) return;
+  store_->write(dds_->dataset(), dds_->options(), changes, rows);
   settled_dirty_.clear();
   lost_dirty_.clear();
+  frozen_dirty_.clear();
+  generations_dirty_.clear();
+  frozen_kept_from_dirty_ = 0;
   ++stats_.database_writes;
+}
+
+// The plans a crashed coordinator process handed out: a rank a step behind
+// the others gets the plan they got, and the next generation starts after
+// the last step planned, not at step 1.
+void Coordinator::restore_plans(const sched::StoredState& stored) {
+  for (const sched::FrozenStep& f : stored.frozen) {
+    frozen_[f.step] = f;
+    highest_frozen_ = std::max(highest_frozen_, f.step);
+    generation_ = std::max(generation_, f.generation);
+    // Ordered to restart: its next incarnation is the ordered one (hello
+    // clears the order when a later incarnation reconnects: it came back before the crash).
+    for (const auto& [rank, incarnation] : f.restarts) {
+      if (rank >= options_.world_size) continue;
+      Member& m = members_[static_cast<std::size_t>(rank)];
+      m.restart_ordered = true;
+      m.incarnation = std::max(m.incarnation, incarnation);
+    }
+  }
+  for (const sched::GenerationRecord& g : stored.generations) {
+    generation_start_[g.generation] = g.start;
+    generation_members_[g.generation] = g.members;
+    generation_ = std::max(generation_, g.generation);
+  }
 }
 
 void Coordinator::note_lost_locked(int rank, bool gone) {
@@ -252,6 +283,9 @@ Welcome Coordinator::hello(int rank, std::uint32_t incarnation, std::uint64_t ge
   if (m.ever_connected && incarnation < m.incarnation)
     return Welcome{false, cat("rank ", rank, " incarnation ", incarnation, " is older than ", m.incarnation), 0, 0};
   generation_ = std::max(generation_, generation);
+  // A restart ordered by a coordinator process before a crash, done before it:
+  // this incarnation reconnects to the one restarted since.
+  if (reconnect && m.restart_ordered && incarnation > m.incarnation) m.restart_ordered = false;
   std::uint64_t resume_step = 0;
   const bool restarted = !reconnect && incarnation > 0 && (!m.ever_connected || incarnation > m.incarnation);
   if (restarted) {
@@ -293,12 +327,13 @@ Welcome Coordinator::hello(int rank, std::uint32_t incarnation, std::uint64_t ge
   return Welcome{true, {}, joins, resume_step};
 }
 
-const Coordinator::Frozen& Coordinator::frozen_locked(std::uint64_t step) {
+const sched::FrozenStep& Coordinator::frozen_locked(std::uint64_t step) {
   if (auto it = frozen_.find(step); it != frozen_.end()) return it->second;
   if (step <= highest_frozen_)
     raise<InvalidArgument>("coordinator: the plan of step ", step, " is no longer kept (steps up to ", highest_frozen_,
                            " were planned; a rank fell too far behind)");
-  Frozen f;
+  sched::FrozenStep f;
+  f.step = step;
   f.stop = dds_ && dds_->progress().finished;
   if (!f.stop) {
     for (int r = 0; r < options_.world_size; ++r) {
@@ -327,6 +362,7 @@ const Coordinator::Frozen& Coordinator::frozen_locked(std::uint64_t step) {
         controller_->rank_lost(r, step);  // once: its share of the global batch goes to the members from here on
       }
     }
+    if (store_) generations_dirty_.push_back({generation_, step, in});
     generation_members_[generation_] = std::move(in);
     ANTDT_INFO("coordinator: communicator generation ", generation_, " starts at step ", step, " with ",
                generation_members_[generation_].size(), " of ", options_.world_size, " ranks (", f.restarts.size(),
@@ -340,7 +376,10 @@ const Coordinator::Frozen& Coordinator::frozen_locked(std::uint64_t step) {
   std::uint64_t oldest = step;
   for (const auto& m : members_)
     if (m.connected || !m.ever_connected) oldest = std::min(oldest, m.last_reported);
-  frozen_.erase(frozen_.begin(), frozen_.lower_bound(oldest));
+  const auto kept = frozen_.lower_bound(oldest);
+  if (store_ && kept != frozen_.begin()) frozen_kept_from_dirty_ = std::max(frozen_kept_from_dirty_, oldest);
+  frozen_.erase(frozen_.begin(), kept);
+  if (store_) frozen_dirty_.push_back(f);
   return frozen_.emplace(step, std::move(f)).first->second;
 }
 
@@ -348,7 +387,7 @@ Plan Coordinator::plan(int rank, std::uint64_t step) {
   std::lock_guard lock(mu_);
   Member& m = member(rank);
   ANTDT_CHECK_ARG(step >= 1, "coordinator: steps start at 1");
-  const Frozen& f = frozen_locked(step);
+  const sched::FrozenStep& f = frozen_locked(step);
   Plan out;
   out.step = step;
   out.plan = controller_->plan_for(rank, step);

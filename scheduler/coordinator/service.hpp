@@ -190,14 +190,9 @@ class Coordinator {
     bool sit_out_fetch = false;     // its next fetch gets nothing (it gave back a dropped batch)
     std::optional<std::uint64_t> restart_at;  // ordered, for the first step >= this one not yet frozen
   };
-  struct Frozen {
-    bool stop = false;
-    std::uint64_t generation = 0;
-    std::vector<std::pair<int, std::uint32_t>> restarts;  // rank, incarnation told to exit
-  };
-
   Member& member(int rank);
-  const Frozen& frozen_locked(std::uint64_t step);
+  const sched::FrozenStep& frozen_locked(std::uint64_t step);
+  void restore_plans(const sched::StoredState& stored);
   void close_steps_locked();
   void lost_locked(int rank, const std::string& why);
   std::vector<std::uint32_t> members_locked(std::uint64_t generation) const;
@@ -211,7 +206,7 @@ class Coordinator {
   std::unique_ptr<telemetry::Monitor> monitor_;
   std::unique_ptr<sched::Controller> controller_;
   std::vector<Member> members_;
-  std::map<std::uint64_t, Frozen> frozen_;
+  std::map<std::uint64_t, sched::FrozenStep> frozen_;  // the plans handed out, kept for slower ranks
   std::uint64_t highest_frozen_ = 0;
   std::uint64_t generation_ = 0;
   std::map<std::uint64_t, std::uint64_t> generation_start_;  // generation -> its first step
@@ -230,6 +225,9 @@ class Coordinator {
   std::map<int, sched::SettleRecord> settled_;     // per rank: its latest settle and the answer it got
   std::vector<sched::SettleRecord> settled_dirty_; // not yet in the store
   std::vector<sched::LostRank> lost_dirty_;        // ranks lost for good (or back) since the last sync
+  std::vector<sched::FrozenStep> frozen_dirty_;    // steps frozen since the last sync
+  std::vector<sched::GenerationRecord> generations_dirty_;  // generations planned since the last sync
+  std::uint64_t frozen_kept_from_dirty_ = 0;       // frozen steps below it dropped since the last sync
   bool resumed_ = false;
   std::chrono::steady_clock::time_point idle_since_;
   void note_settled_locked(int rank, std::uint64_t lease, bool commit, bool ok);

@@ -334,8 +334,92 @@ TEST(DdsStore, ALostRankThatCameBackIsAMemberAgainAfterACrash) {
   }
   coord::Coordinator c(o);
   ASSERT_TRUE(c.hello(0, 0, 1, true).accepted);
-  EXPECT_EQ(c.members(1), (std::vector<std::uint32_t>{0, 1}));
+  ASSERT_TRUE(c.hello(1, 1, 2, true).accepted) << "its lost row went: it is let back in";
+  EXPECT_EQ(c.members(1), (std::vector<std::uint32_t>{0})) << "generation 1 was planned without it";
+  EXPECT_EQ(c.plan(0, 3).generation, 2u);
+  EXPECT_EQ(c.members(2), (std::vector<std::uint32_t>{0, 1}));
   EXPECT_EQ(c.plan(1, 3).plan.local_batch, 5u);
+}
+
+// The plans handed out ("frozen" steps) and the generations planned go to
+// the store with the DDS rows; pruned steps leave it; what load() returns is
+// what was written.
+TEST(DdsStore, FrozenStepsAndGenerationsRoundTrip) {
+  TempDir dir;
+  auto store = open_sqlite_store(dir.file("dds.db"));
+  Dds dds(Dataset::samples(100), DdsOptions{.world_size = 3, .shard_size = 10});
+  write(*store, dds);
+  const std::vector<FrozenStep> frozen = {{1, 0, false, {}}, {2, 0, false, {}}, {3, 1, false, {{1, 0}, {2, 4}}},
+                                          {4, 1, true, {}}};
+  const std::vector<GenerationRecord> generations = {{1, 3, {2, 0, 1}}};
+  store->write(dds.dataset(), dds.options(), dds.take_changes(), CoordinatorRows{{}, {}, frozen, generations, 0});
+  auto stored = store->load();
+  ASSERT_TRUE(stored);
+  EXPECT_EQ(stored->frozen, frozen);
+  EXPECT_EQ(stored->generations, generations);
+  // Steps below 3 are no longer kept; generation 1's members change.
+  const std::vector<GenerationRecord> again = {{1, 3, {0, 2}}};
+  store->write(dds.dataset(), dds.options(), dds.take_changes(), CoordinatorRows{{}, {}, {}, again, 3});
+  stored = store->load();
+  ASSERT_TRUE(stored);
+  EXPECT_EQ(stored->frozen, std::vector<FrozenStep>(frozen.begin() + 2, frozen.end()));
+  EXPECT_EQ(stored->generations, again);
+}
+
+// A coordinator killed while its ranks are a step apart (partial steps let
+// the fast ones run ahead): the restarted one gives the slower rank the plan
+// the others got for that step (same generation), keeps the restart order
+// and the generation it started, and moves the job to a new generation after
+// the last step planned, not at step 1. Before the plans were stored, it
+// planned from scratch: the slower rank's plans disagreed with the others'
+// generation, or were refused ("no longer kept").
+TEST(DdsStore, PlansHandedOutSurviveACoordinatorCrash) {
+  TempDir dir;
+  coord::CoordinatorOptions o = job_with_database(3, 300, dir.file("coordinator.db"));
+  o.max_restarts = 2;
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    try {
+      auto* c = new coord::Coordinator(o);  // never destroyed: the process dies as if killed
+      for (int r = 0; r < 3; ++r) c->hello(r, 0, 0);
+      for (std::uint64_t step = 1; step <= 3; ++step)
+        for (int r = 0; r < 3; ++r) {
+          c->plan(r, step);
+          if (r < 2 || step < 3) c->report(r, coord::Report{.step = step});  // rank 2 is still in step 3
+        }
+      c->request_restart(1);
+      const auto p0 = c->plan(0, 4);
+      const auto p1 = c->plan(1, 4);
+      if (p0.generation != 1 || p0.plan.restart || !p1.plan.restart) ::_exit(4);
+      c->sync();
+    } catch (...) {
+      ::_exit(2);
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+
+  coord::Coordinator c(o);
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(c.hello(r, 0, 0, true).accepted);
+  EXPECT_EQ(c.plan(2, 3).generation, 0u);
+  const auto p2 = c.plan(2, 4);
+  EXPECT_EQ(p2.generation, 1u) << "the slower rank gets the generation the others got for step 4";
+  EXPECT_FALSE(p2.plan.restart);
+  EXPECT_TRUE(c.plan(1, 4).plan.restart) << "the restart order of step 4 holds";
+  EXPECT_EQ(c.members(1), (std::vector<std::uint32_t>{0, 1, 2}));
+  // Rank 1 restarts as ordered: it rejoins generation 1 at its first step.
+  c.bye(1, true);
+  const coord::Welcome back = c.hello(1, 1, 0);
+  ASSERT_TRUE(back.accepted) << back.reason;
+  EXPECT_EQ(back.generation, 1u);
+  EXPECT_EQ(back.resume_step, 4u);
+  // A communicator failure now moves the job on after the last step planned.
+  c.comm_failed(0, 1, 4, {});
+  EXPECT_EQ(c.plan(0, 5).generation, 2u);
+  EXPECT_EQ(c.plan(2, 5).generation, 2u);
 }
 
 TEST(DdsStore, UnwritableDatabaseIsAStartupError) {
