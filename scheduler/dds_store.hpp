@@ -66,6 +66,16 @@ struct GenerationRecord {
   bool operator==(const GenerationRecord&) const = default;
 };
 
+// The id the first member of a generation offered (its bootstrap root's
+// address and secret): the other members fetch it from the coordinator, also
+// from one started after a crash that came between the offer and their fetch.
+struct OfferedId {
+  std::uint64_t generation = 0;
+  UniqueId id;
+
+  bool operator==(const OfferedId& o) const { return generation == o.generation && id.bytes == o.id.bytes; }
+};
+
 // The coordinator's own rows, written in the same transaction as the DDS's.
 struct CoordinatorRows {
   std::span<const SettleRecord> settled;
@@ -73,8 +83,10 @@ struct CoordinatorRows {
   std::span<const FrozenStep> frozen;
   std::span<const GenerationRecord> generations;
   std::uint64_t frozen_kept_from = 0;  // frozen steps below it are no longer kept (0: no change)
+  std::optional<OfferedId> offered;    // the newest generation's id; older ones go
   bool empty() const noexcept {
-    return settled.empty() && lost.empty() && frozen.empty() && generations.empty() && frozen_kept_from == 0;
+    return settled.empty() && lost.empty() && frozen.empty() && generations.empty() && frozen_kept_from == 0 &&
+           !offered;
   }
 };
 
@@ -84,6 +96,7 @@ struct StoredState {
   std::vector<LostRank> lost;         // the ranks lost for good (gone = true), by rank
   std::vector<FrozenStep> frozen;     // the frozen steps still kept, by step
   std::vector<GenerationRecord> generations;  // by generation
+  std::optional<OfferedId> offered;           // the id of the newest generation offered one
 };
 
 class DdsStore {

@@ -10,8 +10,10 @@
 #include "core/error.hpp"
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 namespace antdt::sched {
@@ -45,6 +47,8 @@ CREATE TABLE IF NOT EXISTS frozen_restarts (step INTEGER NOT NULL, rank INTEGER 
 CREATE TABLE IF NOT EXISTS generations (generation INTEGER PRIMARY KEY, start INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS generation_members (generation INTEGER NOT NULL, idx INTEGER NOT NULL,
   rank INTEGER NOT NULL, PRIMARY KEY (generation, idx));
+CREATE TABLE IF NOT EXISTS offered_id (id INTEGER PRIMARY KEY CHECK (id = 1), generation INTEGER NOT NULL,
+  bytes BLOB NOT NULL);
 )sql";
 
 std::int64_t s64(std::uint64_t v) noexcept { return static_cast<std::int64_t>(v); }
@@ -83,6 +87,10 @@ class SqliteDdsStore final : public DdsStore {
       sqlite3_close(db_);
       raise<ConfigError>("cannot open the ", where_, ": ", why);
     }
+    // It holds the bootstrap ids (root address and secret) of the job's
+    // generations: owner-only, like a key file (SQLite gives its -wal and
+    // -shm files the same mode).
+    ::chmod(path.c_str(), S_IRUSR | S_IWUSR);
     try {
       exec_config("PRAGMA locking_mode = EXCLUSIVE");
       // The journal mode is persistent in the file; the answer says whether WAL is in force.
@@ -126,6 +134,7 @@ class SqliteDdsStore final : public DdsStore {
     put_generation_ = Statement(db_, "INSERT OR REPLACE INTO generations VALUES (?1, ?2)", where_);
     del_generation_members_ = Statement(db_, "DELETE FROM generation_members WHERE generation = ?1", where_);
     put_generation_member_ = Statement(db_, "INSERT INTO generation_members VALUES (?1, ?2, ?3)", where_);
+    put_offered_ = Statement(db_, "INSERT OR REPLACE INTO offered_id VALUES (1, ?1, ?2)", where_);
     put_job_ = Statement(db_,
                          "INSERT OR REPLACE INTO job VALUES (1, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
                          "?14, ?15, ?16, ?17, ?18, ?19, ?20)",
@@ -138,7 +147,7 @@ class SqliteDdsStore final : public DdsStore {
     for (Statement* st : {&put_shard_, &del_shard_, &put_lease_, &del_lease_, &put_piece_, &del_pieces_, &put_rank_,
                           &put_queue_, &put_settled_, &put_lost_, &del_lost_, &put_frozen_, &put_frozen_restart_,
                           &prune_frozen_, &prune_frozen_restarts_, &put_generation_, &del_generation_members_,
-                          &put_generation_member_, &put_job_, &put_file_})
+                          &put_generation_member_, &put_offered_, &put_job_, &put_file_})
       *st = Statement();
     sqlite3_close(db_);
   }
@@ -243,6 +252,13 @@ class SqliteDdsStore final : public DdsStore {
       if (it == out.generations.end() || it->generation != g) malformed("a member of a generation that is not stored");
       it->members.push_back(static_cast<std::uint32_t>(rank_in_range(st, 1, "a generation member beyond the world size")));
     });
+    each("SELECT generation, bytes FROM offered_id", [&](sqlite3_stmt* st) {
+      OfferedId offered{u64(st, 0), {}};
+      if (sqlite3_column_bytes(st, 1) != static_cast<int>(offered.id.bytes.size()))
+        malformed("an offered generation id of the wrong size");
+      std::memcpy(offered.id.bytes.data(), sqlite3_column_blob(st, 1), offered.id.bytes.size());
+      out.offered = offered;
+    });
     // One set of consistency rules for every stored form: the checkpoint
     // reader's (ranges, ownership, accounting), on the text of this state.
     try {
@@ -342,6 +358,13 @@ class SqliteDdsStore final : public DdsStore {
       }
       for (const FrozenStep& f : rows.frozen) put_frozen(f);
       for (const GenerationRecord& g : rows.generations) put_generation(g);
+      if (rows.offered) {
+        sqlite3_stmt* st = reset(put_offered_);
+        sqlite3_bind_int64(st, 1, s64(rows.offered->generation));
+        sqlite3_bind_blob(st, 2, rows.offered->id.bytes.data(), static_cast<int>(rows.offered->id.bytes.size()),
+                          SQLITE_TRANSIENT);
+        run(st);
+      }
       exec("COMMIT");
     } catch (...) {
       sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
@@ -466,7 +489,7 @@ class SqliteDdsStore final : public DdsStore {
   sqlite3* db_ = nullptr;
   Statement put_shard_, del_shard_, put_lease_, del_lease_, put_piece_, del_pieces_, put_rank_, put_queue_,
       put_settled_, put_lost_, del_lost_, put_frozen_, put_frozen_restart_, prune_frozen_, prune_frozen_restarts_,
-      put_generation_, del_generation_members_, put_generation_member_, put_job_, put_file_;
+      put_generation_, del_generation_members_, put_generation_member_, put_offered_, put_job_, put_file_;
 };
 
 }  // namespace

@@ -44,14 +44,10 @@ void CoordinatorClient::connect(Clock::time_point deadline, bool reconnect) {
   Hello hello{static_cast<std::uint32_t>(rank_), static_cast<std::uint32_t>(world_size_), incarnation_, generation_,
               reconnect, {}};
   hello.mac = prove(secret_, challenge, hello.rank, hello.world_size, hello.incarnation);
-  try {
-    link_.send(encode(hello), deadline);
-  } catch (const BootstrapError& e) {
-    // The coordinator closed the connection before the hello (restarted, or it
-    // dropped the oldest of a flood of unauthenticated connections): a broken
-    // link, as receive() reports it, which the caller retries; not a refusal.
-    raise<TransportError>("control link closed: ", e.what());
-  }
+  // The coordinator may close the connection before the hello (restarted, or
+  // it dropped the oldest of a flood of unauthenticated connections): a broken
+  // link (TransportError), which the caller retries; not a refusal.
+  link_.send(encode(hello), deadline);
   frame = link_.receive(deadline);
   if (!frame) raise<TimeoutError>("coordinator at ", address_.to_string(), " did not answer the hello of rank ", rank_);
   welcome_ = decode_welcome(*frame);

@@ -179,7 +179,7 @@ void Coordinator::sync() {
   if (!store_ || !dds_) return;
   const sched::DdsChanges changes = dds_->take_changes();
   const sched::CoordinatorRows rows{settled_dirty_, lost_dirty_, frozen_dirty_, generations_dirty_,
-                                    frozen_kept_from_dirty_};
+                                    frozen_kept_from_dirty_, offered_dirty_};
   if (!changes.any && rows.empty()) return;
   store_->write(dds_->dataset(), dds_->options(), changes, rows);
   settled_dirty_.clear();
@@ -187,12 +187,14 @@ void Coordinator::sync() {
   frozen_dirty_.clear();
   generations_dirty_.clear();
   frozen_kept_from_dirty_ = 0;
+  offered_dirty_.reset();
   ++stats_.database_writes;
 }
 
 // The plans a crashed coordinator process handed out: a rank a step behind
 // the others gets the plan they got, and the next generation starts after
-// the last step planned, not at step 1.
+// the last step planned, not at step 1. And the id of the newest generation:
+// members that had not fetched it still can.
 void Coordinator::restore_plans(const sched::StoredState& stored) {
   for (const sched::FrozenStep& f : stored.frozen) {
     frozen_[f.step] = f;
@@ -212,6 +214,8 @@ void Coordinator::restore_plans(const sched::StoredState& stored) {
     generation_members_[g.generation] = g.members;
     generation_ = std::max(generation_, g.generation);
   }
+  // Members that had not fetched it yet when the process before died.
+  if (stored.offered) generation_ids_[stored.offered->generation] = stored.offered->id;
 }
 
 void Coordinator::note_lost_locked(int rank, bool gone) {
@@ -561,6 +565,7 @@ void Coordinator::offer_id(int rank, std::uint64_t generation, const UniqueId& i
                   ", the job is at generation ", generation_);
   m.generation = generation;
   generation_ids_[generation] = id;
+  if (store_) offered_dirty_ = sched::OfferedId{generation, id};
   // Older generations are over: every rank asked for the new one's plan already.
   generation_ids_.erase(generation_ids_.begin(), generation_ids_.find(generation));
 }

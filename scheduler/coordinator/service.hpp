@@ -228,6 +228,7 @@ class Coordinator {
   std::vector<sched::FrozenStep> frozen_dirty_;    // steps frozen since the last sync
   std::vector<sched::GenerationRecord> generations_dirty_;  // generations planned since the last sync
   std::uint64_t frozen_kept_from_dirty_ = 0;       // frozen steps below it dropped since the last sync
+  std::optional<sched::OfferedId> offered_dirty_;  // an id offered since the last sync
   bool resumed_ = false;
   std::chrono::steady_clock::time_point idle_since_;
   void note_settled_locked(int rank, std::uint64_t lease, bool commit, bool ok);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -364,6 +365,55 @@ TEST(DdsStore, FrozenStepsAndGenerationsRoundTrip) {
   ASSERT_TRUE(stored);
   EXPECT_EQ(stored->frozen, std::vector<FrozenStep>(frozen.begin() + 2, frozen.end()));
   EXPECT_EQ(stored->generations, again);
+  EXPECT_FALSE(stored->offered);
+  // The newest offered id replaces the one before.
+  OfferedId first{1, {}}, second{2, {}};
+  first.id.bytes.fill(std::byte{0x11});
+  for (std::size_t i = 0; i < second.id.bytes.size(); ++i) second.id.bytes[i] = static_cast<std::byte>(i);
+  for (const OfferedId& o : {first, second}) {
+    CoordinatorRows rows;
+    rows.offered = o;
+    store->write(dds.dataset(), dds.options(), dds.take_changes(), rows);
+  }
+  stored = store->load();
+  ASSERT_TRUE(stored && stored->offered);
+  EXPECT_EQ(*stored->offered, second);
+  // It holds bootstrap secrets: owner-only.
+  struct stat st {};
+  ASSERT_EQ(::stat(dir.file("dds.db").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+// The coordinator killed between the first member's offer of a generation's
+// id and the other members' fetch: the restarted one has the id (before, the
+// others waited ANTDT_TIMEOUT_MS for it and the generation failed).
+TEST(DdsStore, AnOfferedIdSurvivesACoordinatorCrash) {
+  TempDir dir;
+  const coord::CoordinatorOptions o = job_with_database(3, 300, dir.file("coordinator.db"));
+  UniqueId id;
+  for (std::size_t i = 0; i < id.bytes.size(); ++i) id.bytes[i] = static_cast<std::byte>(0xA0 ^ i);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    try {
+      auto* c = new coord::Coordinator(o);  // never destroyed: the process dies as if killed
+      for (int r = 0; r < 3; ++r) c->hello(r, 0, 0);
+      c->offer_id(0, 0, id);
+      c->sync();
+    } catch (...) {
+      ::_exit(2);
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  coord::Coordinator c(o);
+  ASSERT_TRUE(c.hello(2, 0, 0, true).accepted);
+  const coord::GenerationId got = c.join(2, 0);
+  ASSERT_TRUE(got.ready);
+  EXPECT_EQ(got.id.bytes, id.bytes);
+  EXPECT_EQ(got.members, (std::vector<std::uint32_t>{0, 1, 2}));
 }
 
 // A coordinator killed while its ranks are a step apart (partial steps let
