@@ -26,8 +26,14 @@ std::array<std::byte, 8> frame_head(std::size_t bytes) {
 void Link::send(std::span<const std::byte> payload, Deadline deadline) {
   ANTDT_CHECK_ARG(payload.size() <= kMaxFrameBytes, "control frame of ", payload.size(), " bytes is too large");
   auto head = frame_head(payload.size());
-  net::send_all(fd_.get(), head, deadline);
-  net::send_all(fd_.get(), payload, deadline);
+  // A peer that closed or died is a broken link on send as on receive
+  // (TransportError); callers retry or report a lost peer on that alone.
+  try {
+    net::send_all(fd_.get(), head, deadline);
+    net::send_all(fd_.get(), payload, deadline);
+  } catch (const BootstrapError& e) {
+    raise<TransportError>("control link closed: ", e.what());
+  }
 }
 
 std::optional<Bytes> Link::receive(Deadline deadline) {

@@ -87,6 +87,9 @@ struct StepInfo {
 };
 static_assert(std::is_trivially_copyable_v<StepInfo>);
 
+class PartialState;
+[[noreturn]] void arbiter_lost(detail::CommImpl& comm, const PartialState& st, const Error& e);
+
 class PartialState final : public detail::CollectiveState {
  public:
   PartialState(detail::CommImpl& comm) {
@@ -102,9 +105,15 @@ class PartialState final : public detail::CollectiveState {
       external_arbiter = config.coordinator;
       auto hello = partial::make_arbiter_hello(partial::group_key_of(ctl.unique_id), comm.rank(), comm.size(),
                                                partial::ArbiterConfig::from(config, comm.size()));
-      link = control::Link(partial::connect_to_arbiter(net::parse_endpoint(config.coordinator),
-                                                       config.secret_bytes("ANTDT_PARTIAL_ARBITER=coordinator"),
-                                                       std::move(hello), Clock::now() + config.timeout));
+      try {
+        link = control::Link(partial::connect_to_arbiter(net::parse_endpoint(config.coordinator),
+                                                         config.secret_bytes("ANTDT_PARTIAL_ARBITER=coordinator"),
+                                                         std::move(hello), Clock::now() + config.timeout));
+      } catch (const TransportError& e) {
+        // The coordinator died during the handshake: the arbiter of this
+        // communicator is gone, as for the ranks already linked to it.
+        arbiter_lost(comm, *this, e);
+      }
       classes.assign(static_cast<std::size_t>(comm.size()), StragglerClass::healthy);
       return;
     }

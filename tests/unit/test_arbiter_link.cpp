@@ -10,10 +10,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <barrier>
 #include <cmath>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace antdt {
@@ -274,6 +276,55 @@ TEST_P(ExternalArbiter, ACoordinatorGoneIsAnErrorNamingIt) {
   expect_all_ok(outcomes);
   for (int r = 0; r < n; ++r) {
     EXPECT_NE(errors[static_cast<std::size_t>(r)].find("lost its arbiter at antdt-coordinator " + address),
+              std::string::npos)
+        << "rank " << r << ": '" << errors[static_cast<std::size_t>(r)] << "'";
+  }
+}
+
+// A coordinator killed while a rank's link to its arbiter is being made
+// (challenge sent, connection gone before the answer): the communicator's
+// arbiter is lost, the same PeerLostError as for a link lost later, so that
+// the Agent moves the job to a new generation. Before, a broken send there
+// escaped as a BootstrapError and ended the trainer.
+TEST_P(ExternalArbiter, ACoordinatorThatDiesDuringTheHandshakeIsALostArbiter) {
+  const int n = 2;
+  net::Endpoint bound;
+  net::Fd listener = net::listen_on("127.0.0.1", 0, &bound);
+  std::atomic<bool> done{false};
+  std::thread dying_coordinator([&] {
+    while (!done) {
+      net::Fd fd = net::accept_until(listener.get(), Clock::now() + 100ms, nullptr);
+      if (!fd) continue;  // nobody yet
+      control::Link link(std::move(fd));
+      const std::vector<std::byte> challenge(32, std::byte{7});
+      try {
+        link.send(challenge, Clock::now() + 1s);
+      } catch (const Error&) {
+      }
+    }  // closed at once: the process died
+  });
+  RankSetup setup;
+  setup.cfg = test_config();
+  setup.cfg.coordinator = bound.to_string();
+  setup.cfg.secret = secret_hex();
+  setup.unique_id = bytes_of("a communicator whose coordinator dies");
+  std::vector<Status> statuses(n, Status::ok);
+  std::vector<std::string> errors(n);
+  auto outcomes = run_ranks(n, GetParam(), setup, [&](Communicator& comm) {
+    float x = 1, y = 0;
+    try {
+      comm.partial_allreduce(&x, &y, 1, DataType::f32, ReduceOp::sum, PartialOptions{LatePolicy::wait, 1.0, 1, 0});
+    } catch (const Error& e) {
+      statuses[static_cast<std::size_t>(comm.rank())] = e.status();
+      errors[static_cast<std::size_t>(comm.rank())] = e.what();
+    }
+  });
+  done = true;
+  dying_coordinator.join();
+  expect_all_ok(outcomes);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(statuses[static_cast<std::size_t>(r)], Status::peer_lost) << errors[static_cast<std::size_t>(r)];
+    EXPECT_NE(errors[static_cast<std::size_t>(r)].find("lost its arbiter at antdt-coordinator " + bound.to_string()),
               std::string::npos)
         << "rank " << r << ": '" << errors[static_cast<std::size_t>(r)] << "'";
   }
