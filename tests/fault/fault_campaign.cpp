@@ -9,7 +9,8 @@
 // and prints one table row per fault, then a summary; exit 1 on any failure.
 //
 // Usage: antdt_fault_campaign <antdt-run> <antdt-coordinator> <agent_trainer>
-//          [--faults K] [--seed S] [--kinds a,b,...] [--max-stop-s T] [--dataset N] [--partial]
+//          [--faults K] [--seed S] [--kinds a,b,...] [--max-stop-s T] [--dataset N] [--partial] [--keep-logs]
+// --keep-logs: every run's logs stay (their directory in the row), not only a failed run's.
 // --partial: the trainer's steps are partial AllReduces under defer, their
 // arbiter in the coordinator (docs/partial.md#where-the-arbiter-runs), so the
 // faults also land in partial steps: a killed rank is a straggler that never
@@ -48,6 +49,7 @@ struct Settings {
   int max_stop_s = 10;
   std::uint64_t dataset = 12000;  // ~1.5 s of training: faults land mid-job
   bool partial = false;           // the trainer's steps are partial AllReduces (defer)
+  bool keep_logs = false;         // keep every run's logs, not only a failed run's
 };
 
 // The pid of `rank` among antdt-run's children (read from /proc: children of
@@ -243,7 +245,8 @@ Outcome run_one(const Paths& p, const Settings& s, const std::string& kind, std:
   o.unlogged = log.unlogged();
   const auto total = read_lines(dir + "/total.txt");
   o.one_model = total.size() == 1 && total[0].ends_with(" 1");
-  if (o.ok()) std::filesystem::remove_all(dir);
+  if (o.ok() && !s.keep_logs) std::filesystem::remove_all(dir);
+  else if (o.ok()) o.detail += (o.detail.empty() ? "" : "; ") + std::string("logs in ") + dir;
   else o.detail += (o.detail.empty() ? "" : "; ") + std::string("logs in ") + dir;
   return o;
 }
@@ -262,7 +265,7 @@ int main(int argc, char** argv) {
   if (argc < 4) {
     std::fprintf(stderr,
                  "usage: %s <antdt-run> <antdt-coordinator> <agent_trainer> [--faults K] [--seed S] "
-                 "[--kinds a,b] [--max-stop-s T] [--dataset N] [--partial]\n",
+                 "[--kinds a,b] [--max-stop-s T] [--dataset N] [--partial] [--keep-logs]\n",
                  argv[0]);
     return 2;
   }
@@ -271,8 +274,8 @@ int main(int argc, char** argv) {
   const std::set<std::string> known(s.kinds.begin(), s.kinds.end());
   for (int i = 4; i < argc; i += 2) {
     const std::string key = argv[i];
-    if (key == "--partial") {
-      s.partial = true;
+    if (key == "--partial" || key == "--keep-logs") {
+      (key == "--partial" ? s.partial : s.keep_logs) = true;
       --i;  // a flag: no value
       continue;
     }
