@@ -171,8 +171,7 @@ constexpr std::array<std::pair<std::string_view, ProgressMode>, 3> kProgressMode
 constexpr std::array<std::pair<std::string_view, bool>, 2> kAsyncProgress{{{"thread", true}, {"caller", false}}};
 constexpr std::array<std::pair<std::string_view, BindMode>, 4> kBindModes{{
     {"auto", BindMode::automatic}, {"none", BindMode::none}, {"cores", BindMode::cores}, {"numa", BindMode::numa}}};
-constexpr std::array<std::pair<std::string_view, UcxShm>, 3> kUcxShmModes{
-    {{"auto", UcxShm::automatic}, {"fast", UcxShm::fast}, {"safe", UcxShm::safe}}};
+constexpr std::array<std::pair<std::string_view, UcxShm>, 2> kUcxShmModes{{{"fast", UcxShm::fast}, {"safe", UcxShm::safe}}};
 constexpr std::array<std::pair<std::string_view, std::string_view>, 3> kDdsShuffles{{
     {"samples", "samples"}, {"blocks", "blocks"}, {"none", "none"}}};
 
@@ -484,11 +483,6 @@ Config Config::from_process_env() {
     if (value == nullptr) return std::nullopt;
     return std::string(value);
   });
-}
-
-UcxShm Config::ucx_shm_in_effect() const noexcept {
-  if (ucx_shm != UcxShm::automatic) return ucx_shm;
-  return policy == "bsp" ? UcxShm::fast : UcxShm::safe;
 }
 
 bool Config::external_arbiter() const noexcept {

@@ -26,9 +26,8 @@ enum class GpuPath { automatic, ipc, staged, direct };  // ANTDT_GPU_PATH (docs/
 enum class PartialArbiter { automatic, rank0, coordinator };
 // Whether UCX's shared-memory transports carry messages between ranks of a
 // node (ANTDT_UCX_SHM, docs/configuration.md#dead-ranks): fast, or safe from
-// a rank killed in the middle of a send (TCP loopback); automatic: safe for
-// jobs whose scheduling policy runs partial steps, fast otherwise.
-enum class UcxShm { automatic, fast, safe };
+// a rank killed in the middle of a send (TCP loopback).
+enum class UcxShm { fast, safe };
 
 struct Config {
   LogLevel log_level = LogLevel::warn;                       // ANTDT_DEBUG=ERROR|WARN|INFO|TRACE
@@ -44,7 +43,7 @@ struct Config {
   BindMode bind = BindMode::automatic;                       // ANTDT_BIND=auto|none|cores|numa
   bool progress_thread = true;                               // ANTDT_ASYNC_PROGRESS=thread|caller: who runs non-blocking collectives
   std::size_t ucx_split_bytes = 64u << 10;                   // ANTDT_UCX_SPLIT_BYTES, 0..1G: payloads this large go as a contiguous UCX message of their own (0: never)
-  UcxShm ucx_shm = UcxShm::automatic;                        // ANTDT_UCX_SHM=auto|fast|safe
+  UcxShm ucx_shm = UcxShm::fast;                             // ANTDT_UCX_SHM=fast|safe
 
   // Job membership (bootstrap). Unset optionals mean "not given".
   std::optional<int> rank;                                   // ANTDT_RANK
@@ -77,9 +76,6 @@ struct Config {
   PartialArbiter partial_arbiter = PartialArbiter::automatic;
   // The arbiter is the external antdt-coordinator's (resolves `automatic`).
   bool external_arbiter() const noexcept;
-  // ANTDT_UCX_SHM with `automatic` resolved: safe when ANTDT_POLICY is not bsp
-  // (its partial steps go on past a dead rank on the same UCX worker), else fast.
-  UcxShm ucx_shm_in_effect() const noexcept;
   // The 16 bytes of ANTDT_SECRET; ConfigError saying `who` needs it when it is unset.
   std::array<std::byte, 16> secret_bytes(std::string_view who) const;
 

@@ -112,16 +112,10 @@ TEST(Config, EnumsAndStrings) {
   EXPECT_EQ(parse({{"ANTDT_BIND", "NONE"}}).bind, BindMode::none);
   EXPECT_EQ(parse({{"ANTDT_BIND", "cores"}}).bind, BindMode::cores);
   EXPECT_EQ(parse({{"ANTDT_BIND", "Numa"}}).bind, BindMode::numa);
-  EXPECT_EQ(parse({}).ucx_shm, UcxShm::automatic);
+  EXPECT_EQ(parse({}).ucx_shm, UcxShm::fast);
   EXPECT_EQ(parse({{"ANTDT_UCX_SHM", "safe"}}).ucx_shm, UcxShm::safe);
   EXPECT_EQ(parse({{"ANTDT_UCX_SHM", "Fast"}}).ucx_shm, UcxShm::fast);
-  EXPECT_NE(error_for({{"ANTDT_UCX_SHM", "off"}}).find("auto, fast, safe"), std::string::npos);
-  // auto: safe where the policy runs partial steps (they go on past a dead rank), fast under bsp.
-  EXPECT_EQ(parse({}).ucx_shm_in_effect(), UcxShm::fast);
-  EXPECT_EQ(parse({{"ANTDT_POLICY", "antdt-dd"}}).ucx_shm_in_effect(), UcxShm::safe);
-  EXPECT_EQ(parse({{"ANTDT_POLICY", "antdt-nd"}}).ucx_shm_in_effect(), UcxShm::safe);
-  EXPECT_EQ(parse({{"ANTDT_POLICY", "antdt-dd"}, {"ANTDT_UCX_SHM", "fast"}}).ucx_shm_in_effect(), UcxShm::fast);
-  EXPECT_EQ(parse({{"ANTDT_POLICY", "bsp"}, {"ANTDT_UCX_SHM", "safe"}}).ucx_shm_in_effect(), UcxShm::safe);
+  EXPECT_NE(error_for({{"ANTDT_UCX_SHM", "off"}}).find("fast, safe"), std::string::npos);
   EXPECT_EQ(parse({{"ANTDT_BOOTSTRAP_DIR", "/var/tmp/antdt"}}).bootstrap_dir, "/var/tmp/antdt");
   EXPECT_EQ(parse({}).gpu_path, GpuPath::automatic);
   EXPECT_EQ(parse({{"ANTDT_GPU_PATH", "ipc"}}).gpu_path, GpuPath::ipc);

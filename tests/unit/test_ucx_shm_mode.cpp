@@ -13,7 +13,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <string_view>
 
 namespace antdt {
 namespace {
@@ -28,9 +27,7 @@ TEST(UcxShmModeChild, DISABLED_ReportsTheVariables) {
   try {
     transport_test::prepare_ucx_environment();
     Config cfg = transport_test::transport_config();
-    const std::string_view mode = std::getenv("ANTDT_TEST_UCX_SHM");
-    cfg.ucx_shm = mode == "safe" ? UcxShm::safe : mode == "fast" ? UcxShm::fast : UcxShm::automatic;
-    cfg.policy = std::getenv("ANTDT_TEST_POLICY");
+    cfg.ucx_shm = std::strcmp(std::getenv("ANTDT_TEST_UCX_SHM"), "safe") == 0 ? UcxShm::safe : UcxShm::fast;
     auto rendezvous = std::make_shared<InprocRendezvous>(1, std::chrono::seconds(30));
     InprocBootstrap boot(rendezvous, 0);
     auto t = transport::make_ucx_transport(boot, cfg);
@@ -46,15 +43,13 @@ TEST(UcxShmModeChild, DISABLED_ReportsTheVariables) {
 
 // Runs the child's side in a fresh copy of this binary: `user_posix` is what
 // the user set (nullptr: unset). Returns its exit status (-1: it did not exit).
-int child_sees(const char* mode, const char* user_posix, const char* expect_posix, const char* expect_sysv,
-               const char* policy = "bsp") {
+int child_sees(const char* mode, const char* user_posix, const char* expect_posix, const char* expect_sysv) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::unsetenv("UCX_POSIX_ERROR_HANDLING");
     ::unsetenv("UCX_SYSV_ERROR_HANDLING");
     if (user_posix != nullptr) ::setenv("UCX_POSIX_ERROR_HANDLING", user_posix, 1);
     ::setenv("ANTDT_TEST_UCX_SHM", mode, 1);
-    ::setenv("ANTDT_TEST_POLICY", policy, 1);
     ::setenv("ANTDT_TEST_EXPECT_POSIX", expect_posix, 1);
     ::setenv("ANTDT_TEST_EXPECT_SYSV", expect_sysv, 1);
     ::execl("/proc/self/exe", "antdt_unit_tests", "--gtest_also_run_disabled_tests",
@@ -72,16 +67,6 @@ TEST(UcxShmMode, FastLetsSharedMemoryServeEndpointsWithPeerErrorHandling) {
 
 TEST(UcxShmMode, SafeLeavesSharedMemoryOutOfThem) {
   EXPECT_EQ(child_sees("safe", nullptr, "n", "n"), 0);
-}
-
-TEST(UcxShmMode, AutoIsSafeUnderAPolicyOfPartialSteps) {
-  EXPECT_EQ(child_sees("auto", nullptr, "n", "n", "antdt-dd"), 0);
-  EXPECT_EQ(child_sees("auto", nullptr, "n", "n", "antdt-nd"), 0);
-}
-
-TEST(UcxShmMode, AutoIsFastUnderBsp) {
-  EXPECT_EQ(child_sees("auto", nullptr, "y", "y", "bsp"), 0);
-  EXPECT_EQ(child_sees("fast", nullptr, "y", "y", "antdt-dd"), 0);  // asked for: kept
 }
 
 TEST(UcxShmMode, AValueTheUserSetWins) {

@@ -444,7 +444,7 @@ UcxTransport::UcxTransport(Bootstrap& boot, const Config& cfg, const UcxOptions&
   check_peer(rank_, size_, "make_ucx_transport");
 
   // UCX_* environment variables (UCX_TLS, UCX_NET_DEVICES, ...) are read here by UCX itself.
-  default_ucx_environment(cfg.ucx_shm_in_effect());
+  default_ucx_environment(cfg.ucx_shm);
   ucp_config_t* raw_config = nullptr;
   check_ucs(ucp_config_read(nullptr, nullptr, &raw_config), "ucp_config_read");
   ConfigPtr config(raw_config);
