@@ -15,6 +15,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <set>
 #include <string>
@@ -234,6 +235,27 @@ coord::CoordinatorOptions job_with_database(int world, std::uint64_t samples, co
   return o;
 }
 
+// Runs `body` on a coordinator in a child process that then dies without
+// any cleanup (_exit: no destructor, like kill -9) after a sync. The child's
+// exit status: 0, 2 (an exception), 4 (`body` said its checks failed).
+int coordinator_then_crash(const coord::CoordinatorOptions& o, const std::function<bool(coord::Coordinator&)>& body) {
+  const pid_t child = ::fork();
+  if (child < 0) return -1;
+  if (child == 0) {
+    try {
+      auto* c = new coord::Coordinator(o);  // never destroyed: the process dies as if killed
+      if (!body(*c)) ::_exit(4);
+      c->sync();
+    } catch (...) {
+      ::_exit(2);
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 TEST(DdsStore, CoordinatorResumesAndAnswersAResentCommit) {
   TempDir dir;
   const coord::CoordinatorOptions o = job_with_database(2, 100, dir.file("coordinator.db"));
@@ -287,24 +309,13 @@ TEST(DdsStore, ARankLostForGoodStaysLostAcrossACoordinatorCrash) {
   coord::CoordinatorOptions o = job_with_database(3, 300, dir.file("coordinator.db"));
   o.global_batch = 30;
   o.max_restarts = 0;
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    try {
-      auto* c = new coord::Coordinator(o);  // never destroyed: the process dies as if killed
-      for (int r = 0; r < 3; ++r) c->hello(r, 0, 0);
-      for (int r = 0; r < 3; ++r) c->plan(r, 1);
-      c->lost(1);
-      if (c->plan(0, 2).generation != 1 || c->members(1) != std::vector<std::uint32_t>{0, 2}) ::_exit(4);
-      c->sync();
-    } catch (...) {
-      ::_exit(2);
-    }
-    ::_exit(0);
-  }
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  ASSERT_EQ(coordinator_then_crash(o, [](coord::Coordinator& c) {
+              for (int r = 0; r < 3; ++r) c.hello(r, 0, 0);
+              for (int r = 0; r < 3; ++r) c.plan(r, 1);
+              c.lost(1);
+              return c.plan(0, 2).generation == 1 && c.members(1) == std::vector<std::uint32_t>{0, 2};
+            }),
+            0);
 
   coord::Coordinator c(o);
   ASSERT_TRUE(c.hello(0, 0, 1, true).accepted);
@@ -392,22 +403,12 @@ TEST(DdsStore, AnOfferedIdSurvivesACoordinatorCrash) {
   const coord::CoordinatorOptions o = job_with_database(3, 300, dir.file("coordinator.db"));
   UniqueId id;
   for (std::size_t i = 0; i < id.bytes.size(); ++i) id.bytes[i] = static_cast<std::byte>(0xA0 ^ i);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    try {
-      auto* c = new coord::Coordinator(o);  // never destroyed: the process dies as if killed
-      for (int r = 0; r < 3; ++r) c->hello(r, 0, 0);
-      c->offer_id(0, 0, id);
-      c->sync();
-    } catch (...) {
-      ::_exit(2);
-    }
-    ::_exit(0);
-  }
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  ASSERT_EQ(coordinator_then_crash(o, [&](coord::Coordinator& c) {
+              for (int r = 0; r < 3; ++r) c.hello(r, 0, 0);
+              c.offer_id(0, 0, id);
+              return true;
+            }),
+            0);
   coord::Coordinator c(o);
   ASSERT_TRUE(c.hello(2, 0, 0, true).accepted);
   const coord::GenerationId got = c.join(2, 0);
@@ -427,30 +428,19 @@ TEST(DdsStore, PlansHandedOutSurviveACoordinatorCrash) {
   TempDir dir;
   coord::CoordinatorOptions o = job_with_database(3, 300, dir.file("coordinator.db"));
   o.max_restarts = 2;
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    try {
-      auto* c = new coord::Coordinator(o);  // never destroyed: the process dies as if killed
-      for (int r = 0; r < 3; ++r) c->hello(r, 0, 0);
-      for (std::uint64_t step = 1; step <= 3; ++step)
-        for (int r = 0; r < 3; ++r) {
-          c->plan(r, step);
-          if (r < 2 || step < 3) c->report(r, coord::Report{.step = step});  // rank 2 is still in step 3
-        }
-      c->request_restart(1);
-      const auto p0 = c->plan(0, 4);
-      const auto p1 = c->plan(1, 4);
-      if (p0.generation != 1 || p0.plan.restart || !p1.plan.restart) ::_exit(4);
-      c->sync();
-    } catch (...) {
-      ::_exit(2);
-    }
-    ::_exit(0);
-  }
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  ASSERT_EQ(coordinator_then_crash(o, [](coord::Coordinator& c) {
+              for (int r = 0; r < 3; ++r) c.hello(r, 0, 0);
+              for (std::uint64_t step = 1; step <= 3; ++step)
+                for (int r = 0; r < 3; ++r) {
+                  c.plan(r, step);
+                  if (r < 2 || step < 3) c.report(r, coord::Report{.step = step});  // rank 2 is still in step 3
+                }
+              c.request_restart(1);
+              const auto p0 = c.plan(0, 4);
+              const auto p1 = c.plan(1, 4);
+              return p0.generation == 1 && !p0.plan.restart && p1.plan.restart;
+            }),
+            0);
 
   coord::Coordinator c(o);
   for (int r = 0; r < 3; ++r) ASSERT_TRUE(c.hello(r, 0, 0, true).accepted);
