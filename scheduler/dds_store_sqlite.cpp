@@ -8,11 +8,13 @@
 #include "scheduler/dds_store_sqlite.hpp"
 
 #include "core/error.hpp"
+#include "core/log.hpp"
 
 #include <sqlite3.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <utility>
 
@@ -90,7 +92,8 @@ class SqliteDdsStore final : public DdsStore {
     // It holds the bootstrap ids (root address and secret) of the job's
     // generations: owner-only, like a key file (SQLite gives its -wal and
     // -shm files the same mode).
-    ::chmod(path.c_str(), S_IRUSR | S_IWUSR);
+    if (::chmod(path.c_str(), S_IRUSR | S_IWUSR) != 0)
+      ANTDT_WARN("cannot make the ", where_, " owner-only (", std::strerror(errno), "): it holds bootstrap ids");
     try {
       exec_config("PRAGMA locking_mode = EXCLUSIVE");
       // The journal mode is persistent in the file; the answer says whether WAL is in force.
@@ -236,8 +239,7 @@ class SqliteDdsStore final : public DdsStore {
     });
     each("SELECT step, rank, incarnation FROM frozen_restarts ORDER BY step, rank", [&](sqlite3_stmt* st) {
       const std::uint64_t step = u64(st, 0);
-      const auto it = std::lower_bound(out.frozen.begin(), out.frozen.end(), step,
-                                       [](const FrozenStep& f, std::uint64_t wanted) { return f.step < wanted; });
+      const auto it = std::ranges::lower_bound(out.frozen, step, {}, &FrozenStep::step);
       if (it == out.frozen.end() || it->step != step) malformed("a restart order of a step that is not frozen");
       it->restarts.emplace_back(static_cast<int>(rank_in_range(st, 1, "a restart order beyond the world size")),
                                 static_cast<std::uint32_t>(u64(st, 2)));
@@ -247,8 +249,7 @@ class SqliteDdsStore final : public DdsStore {
     });
     each("SELECT generation, rank FROM generation_members ORDER BY generation, idx", [&](sqlite3_stmt* st) {
       const std::uint64_t g = u64(st, 0);
-      const auto it = std::lower_bound(out.generations.begin(), out.generations.end(), g,
-                                       [](const GenerationRecord& r, std::uint64_t x) { return r.generation < x; });
+      const auto it = std::ranges::lower_bound(out.generations, g, {}, &GenerationRecord::generation);
       if (it == out.generations.end() || it->generation != g) malformed("a member of a generation that is not stored");
       it->members.push_back(static_cast<std::uint32_t>(rank_in_range(st, 1, "a generation member beyond the world size")));
     });

@@ -246,7 +246,6 @@ Outcome run_one(const Paths& p, const Settings& s, const std::string& kind, std:
   const auto total = read_lines(dir + "/total.txt");
   o.one_model = total.size() == 1 && total[0].ends_with(" 1");
   if (o.ok() && !s.keep_logs) std::filesystem::remove_all(dir);
-  else if (o.ok()) o.detail += (o.detail.empty() ? "" : "; ") + std::string("logs in ") + dir;
   else o.detail += (o.detail.empty() ? "" : "; ") + std::string("logs in ") + dir;
   return o;
 }
@@ -274,9 +273,10 @@ int main(int argc, char** argv) {
   const std::set<std::string> known(s.kinds.begin(), s.kinds.end());
   for (int i = 4; i < argc; i += 2) {
     const std::string key = argv[i];
-    if (key == "--partial" || key == "--keep-logs") {
-      (key == "--partial" ? s.partial : s.keep_logs) = true;
-      --i;  // a flag: no value
+    if (key == "--partial" || key == "--keep-logs") {  // flags: no value
+      if (key == "--partial") s.partial = true;
+      else s.keep_logs = true;
+      --i;
       continue;
     }
     if (i + 1 >= argc) {
