@@ -5,7 +5,11 @@
 Per run: wall time until the test accuracy first reached --target (on the curve's
 2 000 test images), final accuracy (all 10 000) after the same epochs, samples/s,
 efficiency (samples/s over the no-straggler run's) and the speed-up in time to
-target over gloo-ddp. With repeated runs (label.1, label.2, ...) the medians."""
+target over gloo-ddp. With repeated runs (label.1, label.2, ...) the medians.
+Then, for the antdt runs, where each rank's step time went (means over the
+steps after the first 20, medians over repeats): plan, data, compute, exchange
+(inside the DDP hook, waits included), update, and the exchange at the steps
+where the rank was the last to reach it (its own share, without waits)."""
 
 import argparse
 import glob
@@ -79,11 +83,58 @@ def main():
         speed = f"{base / v['tta']:.2f}x" if base and v["tta"] else "-"
         print(f"{name:<14}{v['n']:>5}{tta:>13}{100 * v['final']:>13.2f}{v['wall']:>9.1f}{v['rate']:>11.0f}"
               f"{eff:>12}{speed:>9}{v['restarts']:>10.0f}")
+    phases(groups)
     with open(os.path.join(args.out, "table.json"), "w") as f:
         json.dump({"target": args.target, "rows": rows}, f, indent=1)
     plots = plot(runs, args)
     print(f"\nplots: {', '.join(plots)}\ntable: {os.path.join(args.out, 'table.json')}")
     return 1 if missing else 0
+
+
+PHASES = ("plan_s", "fetch_s", "compute_s", "xfer_s", "post_s", "step_s")
+
+
+def phase_means(run, skip=20):
+    """Per rank: the mean of each phase (ms) and the median exchange when it arrived last."""
+    by_step = {}
+    for rank, log in run["steps_log"].items():
+        for e in log:
+            if all(k in e for k in PHASES) and e["step"] > skip:
+                by_step.setdefault(e["step"], {})[rank] = e
+    full = [s for s in by_step.values() if len(s) == len(run["steps_log"])]
+    if not full:
+        return None
+    out = {}
+    for rank in run["steps_log"]:
+        row = {k: 1000 * statistics.mean(s[rank][k] for s in full) for k in PHASES}
+        last = [1000 * s[rank]["xfer_s"] for s in full
+                if rank == max(s, key=lambda r: s[r]["t"] - s[r]["step_s"] + s[r]["plan_s"] + s[r]["fetch_s"]
+                               + s[r]["compute_s"])]
+        row["xfer_last"] = statistics.median(last) if last else None
+        row["last_share"] = len(last) / len(full)
+        out[rank] = row
+    return out
+
+
+def phases(groups):
+    printed = False
+    for name, rs in groups.items():
+        per_run = [m for m in (phase_means(r) for r in rs) if m]
+        if not per_run:
+            continue
+        if not printed:
+            print("\nwhere the step time goes (ms per step, per rank; exchange waits included; "
+                  "'own' = exchange when last to arrive)")
+            print(f"{'run':<14}{'rank':>5}{'step':>7}{'plan':>7}{'data':>7}{'compute':>9}{'exchange':>10}"
+                  f"{'update':>8}{'own':>7}{'last':>7}")
+            printed = True
+        for rank in sorted(per_run[0]):
+            def med(key):
+                values = [m[rank][key] for m in per_run if rank in m and m[rank][key] is not None]
+                return statistics.median(values) if values else float("nan")
+            print(f"{name:<14}{rank:>5}{med('step_s'):>7.1f}{med('plan_s'):>7.1f}{med('fetch_s'):>7.1f}"
+                  f"{med('compute_s'):>9.1f}{med('xfer_s'):>10.1f}{med('post_s'):>8.1f}{med('xfer_last'):>7.1f}"
+                  f"{100 * med('last_share'):>6.0f}%")
 
 
 def plot(runs, args):

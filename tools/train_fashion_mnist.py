@@ -249,6 +249,7 @@ def train_antdt(args):
     while True:
         t0 = time.time()
         plan = agent.next_step()
+        t_plan = time.time()
         if agent.should_exit():
             hook.leave_generation()
             run.record(step=plan.step, t=run.clock(), restart=True)
@@ -272,6 +273,7 @@ def train_antdt(args):
                 dist.destroy_process_group()
             ddp = wrap(plan.generation)
         ids = sampler.fetch()
+        t_fetch = time.time()
         hook.begin_step(plan, len(ids))
         exchange_before = hook_time.total
         c0 = time.time()
@@ -290,6 +292,7 @@ def train_antdt(args):
                 loss = F.cross_entropy(ddp(run.x[chunk]), run.y[chunk], reduction="sum") / max(len(ids), 1)
                 loss.backward()
         compute_s = time.time() - c0 - (hook_time.total - exchange_before)
+        t_comp = time.time()
         if ids:
             idle_s = min(max(compute_s, 0.002), 0.2)
         # Each result is the exact weighted average of the gradients it holds; its step is
@@ -311,7 +314,8 @@ def train_antdt(args):
         sampler.settle(hook.last_fate)
         run.record(step=plan.step, t=run.clock(), step_s=time.time() - t0, compute_s=compute_s,
                    local_batch=len(ids), planned_batch=plan.local_batch, micro_batches=plan.micro_batches,
-                   fate=hook.last_fate.name, late=plan.late.name)
+                   fate=hook.last_fate.name, late=plan.late.name, plan_s=t_plan - t0, fetch_s=t_fetch - t_plan,
+                   xfer_s=hook_time.total - exchange_before, post_s=time.time() - t_comp)
         run.snapshot(hook.done_through)
         run.progress(plan.step)
     wall = run.clock()
