@@ -201,6 +201,7 @@ def train_ddp(args):
 def train_antdt(args):
     """The Agent drives the steps: plan, DDS samples, partial exchange, restarts."""
     import antdt
+    from antdt.torch.fractional_step import fractional_step
     from antdt.torch.hook import PartialAllReduceHook
     from antdt.torch.sampler import DdsBatchSampler
 
@@ -296,14 +297,10 @@ def train_antdt(args):
         if ids:
             idle_s = min(max(compute_s, 0.002), 0.2)
         # Each result is the exact weighted average of the gradients it holds; its step is
-        # scaled by its samples over B (a step of a few samples, near an epoch's end or with
-        # contributions dropped, moves the model as little as it should: SGD's linear scaling).
+        # the fraction samples / B of a step (a step of a few samples, near an epoch's end or
+        # with contributions dropped, moves the model as little as it should, momentum included).
         if hook.last_count > 0:
-            scale = grad_scale(hook.last_count)
-            if scale != 1.0:
-                for p in run.model.parameters():
-                    p.grad.mul_(scale)
-            run.opt.step()
+            fractional_step(run.opt, grad_scale(hook.last_count))
             run.samples_applied += hook.last_count
         for grad, count in hook.missed:
             run.samples_applied += count

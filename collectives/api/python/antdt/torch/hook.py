@@ -26,7 +26,7 @@ Usage (the trainer keeps the step loop; see tools/train_fashion_mnist.py)::
     loss.backward()                                 # the hook exchanges at the last bucket; an empty
                                                     # batch runs DDP too (0 samples: weight 0), since
                                                     # DDP syncs its buckets at its 2nd iteration
-    if hook.last_count > 0: optimizer.step()
+    if hook.last_count > 0: fractional_step(optimizer, min(1, hook.last_count / B))
     # before a rebuild (plan.rebuild), a restart exit or the end: hook.leave_generation()
     hook.apply_missed(optimizer)                    # results this rank was late for
     agent.settle(hook.last_fate)
@@ -35,6 +35,7 @@ Usage (the trainer keeps the step loop; see tools/train_fashion_mnist.py)::
 import torch
 
 from antdt.agent import Error, Fate, LatePolicy, ReduceOp
+from antdt.torch.fractional_step import fractional_step
 
 
 class PartialAllReduceHook:
@@ -192,14 +193,18 @@ class PartialAllReduceHook:
         return result
 
     def apply_missed(self, optimizer, grad_scale=None):
-        """Applies the results this rank fetched while late (each an optimizer step), the
-        gradient times grad_scale(samples) when given (e.g. samples / global batch, so a
-        result of few samples moves the model less). Returns how many."""
+        """Applies the results this rank fetched while late (each an optimizer step). With
+        grad_scale, each is fractional_step(optimizer, grad_scale(samples)) (e.g. samples /
+        global batch, so a result of few samples moves the model less, momentum included).
+        Returns how many."""
         applied = 0
         for grad, count in self.missed:
             if count > 0:
-                self.load_grads(grad * grad_scale(count) if grad_scale else grad)
-                optimizer.step()
+                self.load_grads(grad)
+                if grad_scale:
+                    fractional_step(optimizer, grad_scale(count))
+                else:
+                    optimizer.step()
                 applied += 1
         self.missed.clear()
         return applied

@@ -23,5 +23,6 @@ if not hasattr(_dist.Backend, BACKEND.upper()):
 # The straggler tools for DDP users (built from collectives/api/python/).
 from .hook import PartialAllReduceHook  # noqa: E402
 from .sampler import DdsBatchSampler  # noqa: E402
+from .fractional_step import fractional_step  # noqa: E402
 
-__all__ = ["BACKEND", "ProcessGroupAntdt", "PartialAllReduceHook", "DdsBatchSampler"]
+__all__ = ["BACKEND", "ProcessGroupAntdt", "PartialAllReduceHook", "DdsBatchSampler", "fractional_step"]
