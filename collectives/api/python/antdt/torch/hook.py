@@ -194,15 +194,16 @@ class PartialAllReduceHook:
 
     def apply_missed(self, optimizer, grad_scale=None):
         """Applies the results this rank fetched while late (each an optimizer step). With
-        grad_scale, each is fractional_step(optimizer, grad_scale(samples)) (e.g. samples /
-        global batch, so a result of few samples moves the model less, momentum included).
+        grad_scale, each is fractional_step(optimizer, min(1, grad_scale(samples))) (e.g.
+        samples / global batch, so a result of few samples moves the model less, momentum
+        included; a result holding a deferred contribution besides may hold more than B).
         Returns how many."""
         applied = 0
         for grad, count in self.missed:
             if count > 0:
                 self.load_grads(grad)
                 if grad_scale:
-                    fractional_step(optimizer, grad_scale(count))
+                    fractional_step(optimizer, min(1.0, grad_scale(count)))
                 else:
                     optimizer.step()
                 applied += 1
