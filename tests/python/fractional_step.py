@@ -44,37 +44,25 @@ for g in ([0.5, 0.25], [0.1, -0.3], [0.7, 0.2]):
     fractional_step(opt_b, 1.0)
 check(torch.equal(a.detach(), b.detach()), f"fraction 1 differs from step(): {a.tolist()} vs {b.tolist()}")
 
-# 2. Momentum: after a warm-up step (buffer = g0), ten steps of a tenth of a batch with
-#    zero gradients against one full step with a zero gradient.
-g0 = [1.0, 1.0]
-full, opt_full = sgd()
-set_grad(full, g0)
-opt_full.step()
-start = full.detach().clone()
-set_grad(full, [0.0, 0.0])
-opt_full.step()
-one_step = (start - full.detach()).abs().sum().item()
+# 2. Momentum: after a warm-up step (buffer = g0), how far `steps` steps with zero
+#    gradients move the parameter, each taken by `step(optimizer)`.
+def moved_after_warm_up(steps, step):
+    p, opt = sgd()
+    set_grad(p, [1.0, 1.0])
+    opt.step()
+    start = p.detach().clone()
+    for _ in range(steps):
+        set_grad(p, [0.0, 0.0])
+        step(opt)
+    return (start - p.detach()).abs().sum().item()
 
-frac, opt_frac = sgd()
-set_grad(frac, g0)
-opt_frac.step()
-start = frac.detach().clone()
-for _ in range(10):
-    set_grad(frac, [0.0, 0.0])
-    fractional_step(opt_frac, 0.1)
-ten_tenths = (start - frac.detach()).abs().sum().item()
+
+one_step = moved_after_warm_up(1, lambda opt: opt.step())
+ten_tenths = moved_after_warm_up(10, lambda opt: fractional_step(opt, 0.1))
 check(abs(ten_tenths - one_step) <= 0.1 * one_step,
       f"ten steps of 0.1 moved {ten_tenths:.4f}, one full step {one_step:.4f} (want within 10%)")
-
-# The behaviour it replaces (gradient times the fraction, full step): the coasting.
-old, opt_old = sgd()
-set_grad(old, g0)
-opt_old.step()
-start = old.detach().clone()
-for _ in range(10):
-    set_grad(old, [0.0, 0.0])
-    opt_old.step()
-coasted = (start - old.detach()).abs().sum().item()
+# The behaviour it replaces (the gradient times the fraction, then a full step): the coasting.
+coasted = moved_after_warm_up(10, lambda opt: opt.step())
 check(coasted > 5 * ten_tenths, f"gradient-only scaling moved {coasted:.4f}, expected far more than {ten_tenths:.4f}")
 
 # 3. Settings restored, also when the step raises.
