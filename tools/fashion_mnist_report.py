@@ -104,12 +104,13 @@ def phase_means(run, skip=20):
     full = [s for s in by_step.values() if len(s) == len(run["steps_log"])]
     if not full:
         return None
+    def arrival(e):  # when the rank reached the exchange (its clock: the step's end less its step time)
+        return e["t"] - e["step_s"] + e["plan_s"] + e["fetch_s"] + e["compute_s"]
+    last_to_arrive = [max(s, key=lambda r: arrival(s[r])) for s in full]
     out = {}
     for rank in run["steps_log"]:
         row = {k: 1000 * statistics.mean(s[rank][k] for s in full) for k in PHASES}
-        last = [1000 * s[rank]["xfer_s"] for s in full
-                if rank == max(s, key=lambda r: s[r]["t"] - s[r]["step_s"] + s[r]["plan_s"] + s[r]["fetch_s"]
-                               + s[r]["compute_s"])]
+        last = [1000 * s[rank]["xfer_s"] for s, who in zip(full, last_to_arrive) if who == rank]
         row["xfer_last"] = statistics.median(last) if last else None
         row["last_share"] = len(last) / len(full)
         out[rank] = row

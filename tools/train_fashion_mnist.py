@@ -292,8 +292,9 @@ def train_antdt(args):
             with ctx:
                 loss = F.cross_entropy(ddp(run.x[chunk]), run.y[chunk], reduction="sum") / max(len(ids), 1)
                 loss.backward()
-        compute_s = time.time() - c0 - (hook_time.total - exchange_before)
+        exchange_s = hook_time.total - exchange_before  # inside the hook, during backward
         t_comp = time.time()
+        compute_s = t_comp - c0 - exchange_s
         if ids:
             idle_s = min(max(compute_s, 0.002), 0.2)
         # Each result is the exact weighted average of the gradients it holds; its step is
@@ -307,12 +308,12 @@ def train_antdt(args):
         hook.apply_missed(run.opt, grad_scale)
         run.opt.zero_grad(set_to_none=False)
         agent.report_step(compute_s=compute_s, samples=len(ids), fate=hook.last_fate,
-                          transfer_s=hook_time.total - exchange_before)
+                          transfer_s=exchange_s)
         sampler.settle(hook.last_fate)
         run.record(step=plan.step, t=run.clock(), step_s=time.time() - t0, compute_s=compute_s,
                    local_batch=len(ids), planned_batch=plan.local_batch, micro_batches=plan.micro_batches,
                    fate=hook.last_fate.name, late=plan.late.name, plan_s=t_plan - t0, fetch_s=t_fetch - t_plan,
-                   xfer_s=hook_time.total - exchange_before, post_s=time.time() - t_comp)
+                   xfer_s=exchange_s, post_s=time.time() - t_comp)
         run.snapshot(hook.done_through)
         run.progress(plan.step)
     wall = run.clock()
