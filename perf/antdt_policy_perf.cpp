@@ -398,8 +398,10 @@ class Trainer {
   // Applies the result in result_: Σ b_i g_i (count_ elements), then Σ b_i.
   void apply() {
     const double samples = result_[count_];
-    if (samples > 0)
-      for (std::size_t i = 0; i < count_; ++i) result_[i] = static_cast<float>(result_[i] / samples);
+    if (samples > 0) {
+      const float inverse = static_cast<float>(1.0 / samples);
+      for (std::size_t i = 0; i < count_; ++i) result_[i] *= inverse;
+    }
     model_[0] += samples;
     model_[1] += static_cast<double>(result_[0]) + static_cast<double>(result_[count_ - 1]);
   }
