@@ -336,11 +336,11 @@ class Trainer {
       antdt::PartialOptions o;
       o.policy = plan.late;
       o.staleness = plan.staleness;
-      // An empty batch still arrives as a contribution (of zeros, weight 1):
-      // the arbiter closes a step only with an on-time contribution of
-      // weight > 0, so a step in which no rank had samples (the epoch's tail
-      // on a late rank's open lease) would otherwise never close.
-      o.weight = n > 0 ? static_cast<double>(n) : 1.0;
+      // An empty batch arrives with weight 0: it cannot close a step on its
+      // own (so it never makes a rank with data late), and a step in which no
+      // rank had samples closes empty once every rank arrived
+      // (docs/partial.md).
+      o.weight = static_cast<double>(n);
       o.samples = n;
       const antdt::PartialResult r = partial_call(o);
       fate = n == 0 ? Fate::none : r.fate;
