@@ -500,10 +500,17 @@ void Arbiter::close_step(std::vector<Out>& out) {
   d.step = open_step_;
   int on_time = 0;
   for (int r = 0; r < cfg_.ranks; ++r) on_time += ranks_[static_cast<std::size_t>(r)].role == Role::on_time ? 1 : 0;
-  // An empty step (nobody contributes): its result is zeros, which the ranks
-  // at the open step know without a message; one of them serves the ranks
-  // that are behind.
+  // An empty step (nobody at the open step has data): its result is zeros,
+  // which the ranks at the open step know without a message; one of them
+  // serves the ranks that are behind. A late contribution cannot land in it:
+  // its ring would have no member holding the results before it, and no rank
+  // could serve the step's result. It is dropped — its caller is told, and
+  // the Agent gives the batch back — rather than made the step's only
+  // contributor.
   const bool empty = on_time == 0;
+  if (empty)
+    for (auto& s : ranks_)
+      if (s.role == Role::deferred) s.role = Role::catch_up;
   auto may_serve = [&](const RankState& s) {
     return empty ? s.role == Role::catch_up && s.based_on == open_step_ : s.role == Role::on_time;
   };
@@ -511,9 +518,9 @@ void Arbiter::close_step(std::vector<Out>& out) {
   for (int r = 0; r < cfg_.ranks; ++r) {
     const auto& s = ranks_[static_cast<std::size_t>(r)];
     if (s.role == Role::on_time || s.role == Role::deferred) d.contributors.push_back({r, s.weight, s.based_on});
-    if (s.role == Role::deferred && !empty) {
+    if (s.role == Role::deferred) {
       if (s.first_missing) d.catchups.push_back({r, std::max(*s.first_missing, s.based_on), s.included_at});
-    } else if ((s.role == Role::deferred || s.role == Role::catch_up) && !(empty && may_serve(s))) {
+    } else if (s.role == Role::catch_up && !(empty && may_serve(s))) {
       d.catchups.push_back({r, s.based_on, s.included_at});
     }
     servers += may_serve(s) ? 1 : 0;

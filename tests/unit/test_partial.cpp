@@ -14,6 +14,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <thread>
 
 namespace antdt::test {
 namespace {
@@ -212,6 +213,48 @@ TEST_P(Partial, StepsWhereNobodyContributesCloseEmpty) {
       }
       comm.partial_finish();
     }, cfg));
+  }
+}
+
+// The end of an epoch under defer: ranks 0 and 1 have no data for step 2
+// (weight 0) while rank 2's contribution for step 1 arrives late. Step 2
+// closes empty on every rank, rank 2's contribution is reported dropped, and
+// rank 2 fetches steps 1 and 2 like any late rank (before the fix the step's
+// server did not hold the step it had to serve: InternalError).
+TEST_P(Partial, LateContributionIntoAStepWithoutDataIsDroppedOnEveryRank) {
+  const int n = 3;
+  Config cfg = partial_config();
+  cfg.partial_warmup = 0;
+  cfg.timeout = std::chrono::seconds(10);
+  std::vector<std::vector<float>> step1(n), step2(n);
+  std::vector<Fate> first_fate(n, Fate::none);
+  expect_all_ok(run_ranks(n, GetParam(), [&](Communicator& comm) {
+    const auto me = static_cast<std::size_t>(comm.rank());
+    std::vector<float> grad(5, static_cast<float>(comm.rank() + 1)), result(5, -1.0f);
+    const PartialOptions with_data{LatePolicy::defer, 1.0, 2, 1}, without{LatePolicy::defer, 0.0, 2, 0};
+    if (comm.rank() == 2) std::this_thread::sleep_for(std::chrono::milliseconds(300));  // late for step 1
+    auto r = comm.partial_allreduce(grad.data(), result.data(), grad.size(), DataType::f32, ReduceOp::sum, with_data);
+    first_fate[me] = r.fate;
+    step1[me] = result;
+    if (comm.rank() != 2) {
+      r = comm.partial_allreduce(nullptr, result.data(), grad.size(), DataType::f32, ReduceOp::sum, without);
+    } else {
+      if (r.step != 1 || r.steps_behind != 1)
+        throw std::runtime_error(cat("rank 2: step ", r.step, ", ", r.steps_behind, " behind; expected 1 and 1"));
+      r = comm.partial_allreduce(nullptr, result.data(), grad.size(), DataType::f32, ReduceOp::sum, without);
+    }
+    if (r.step != 2 || r.participants != 0 || r.total_weight != 0)
+      throw std::runtime_error(cat("rank ", me, ": step ", r.step, ", ", r.participants, " participants, total weight ",
+                                   r.total_weight, "; expected the empty step 2"));
+    step2[me] = result;
+    comm.partial_finish();
+  }, cfg));
+  EXPECT_EQ(first_fate[0], Fate::included);
+  EXPECT_EQ(first_fate[1], Fate::included);
+  EXPECT_EQ(first_fate[2], Fate::dropped) << "a late contribution into a step without data lands nowhere";
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(step1[static_cast<std::size_t>(r)], std::vector<float>(5, 3.0f)) << "rank " << r << ", step 1: 1 + 2";
+    EXPECT_EQ(step2[static_cast<std::size_t>(r)], std::vector<float>(5, 0.0f)) << "rank " << r << ", step 2: empty";
   }
 }
 
@@ -434,6 +477,50 @@ TEST(ArbiterTest, DeferredRankIsSentOnlyTheResultsItMissed) {
   ASSERT_TRUE(d);
   ASSERT_EQ(d->catchups.size(), 1u);
   EXPECT_EQ(d->catchups[0].from_step, 4u) << "only from the step it missed (it holds 3)";
+}
+
+// A late contribution arriving into a step where every rank at the open step
+// has no data (weight 0, the end of an epoch): nobody at the open step takes
+// part in a ring, so no rank could compute or serve a result holding it. The
+// step closes empty and the late contribution is dropped (its caller is told,
+// and the Agent gives its batch back); before, it was made the step's only
+// contributor while a weight-0 rank was to serve the step's result, which no
+// rank held ("serves step 2 but no longer holds it").
+TEST(ArbiterTest, LateContributionIntoAStepWithoutDataIsDropped) {
+  coll::partial::ArbiterConfig cfg;
+  cfg.ranks = 3;
+  cfg.grace_s = 0.001;
+  cfg.warmup_steps = 0;
+  cfg.result_cache = 8;
+  coll::partial::Arbiter arb(cfg);
+  std::vector<coll::partial::Arbiter::Out> out;
+  auto t = coll::partial::Clock::now();
+  auto arrive = [&](int r, std::uint64_t step, double weight) {
+    auto a = arrival_of(r, step, LatePolicy::defer);
+    a.staleness = 2;
+    a.weight = weight;
+    arb.on_arrival(a, t, out);
+  };
+  arrive(0, 1, 1);
+  arrive(1, 1, 1);
+  t += std::chrono::milliseconds(5);
+  arb.on_tick(t, out);
+  ASSERT_EQ(out.size(), 2u) << "step 1 closes without rank 2";
+  out.clear();
+  arrive(0, 2, 0);  // no data left for ranks 0 and 1
+  arrive(1, 2, 0);
+  arrive(2, 1, 1);  // rank 2's contribution for step 1, one step late
+  ASSERT_EQ(out.size(), 3u) << "every rank is here: step 2 closes at once";
+  for (const auto& o : out) {
+    const auto& d = std::get<coll::partial::Decision>(o.message);
+    EXPECT_EQ(d.step, 2u);
+    EXPECT_TRUE(d.contributors.empty()) << "nobody at step 2 has data: the step is empty";
+    EXPECT_TRUE(d.server == 0 || d.server == 1) << "a rank at the open step serves (it holds step 1)";
+    ASSERT_EQ(d.catchups.size(), 1u);
+    EXPECT_EQ(d.catchups[0].rank, 2);
+    EXPECT_EQ(d.catchups[0].from_step, 1u) << "rank 2 missed step 1";
+    EXPECT_EQ(d.catchups[0].contribution_step, 0u) << "its contribution landed nowhere: dropped";
+  }
 }
 
 // Dead ranks (docs/partial.md#dead-ranks): rank 2 dies while every rank moves
