@@ -1,8 +1,8 @@
 """DdsBatchSampler's exactly-once across a restart, with sample-id bitmaps (3 ranks under
 antdt-run --restarts 1, 2 epochs of 3 000 samples, B = 96, DDP on gloo with the hook):
-rank 1 asks for its own restart at step 12 (the Agent exits with the restart code,
-antdt-run starts it again, every rank rebuilds); rank 2 is late every third step, so under
-drop the DDS takes dropped batches back (defer: too-late ones). Every process writes
+rank 1 asks for its own restart at step 12, or the first step after it that it computes (the
+Agent exits with the restart code, antdt-run starts it again, every rank rebuilds); rank 2 is
+late every third step, so under drop the DDS takes dropped batches back (defer: too-late ones). Every process writes
 the ids it committed per epoch; the check builds one bitmap per epoch and fails on an id
 committed twice or never.
 
@@ -64,6 +64,7 @@ def worker(out):
         with open(os.path.join(out, f"committed.rank{rank}.{inc}.json"), "w") as f:
             json.dump(committed, f)
 
+    restart_asked = False
     while True:
         plan = agent.next_step()
         if agent.should_exit():
@@ -83,8 +84,11 @@ def worker(out):
             if plan.rebuild:
                 resync()
             ddp = wrap(plan.generation)
-        if RESTART and rank == 1 and inc == 0 and plan.step == 12:
+        # At its first step from 12 on that it computes: a rank that fell behind under drop
+        # fetches the results it missed and skips those steps (already_applied), 12 among them.
+        if RESTART and rank == 1 and inc == 0 and plan.step >= 12 and not restart_asked:
             agent.request_restart()
+            restart_asked = True
         ids = sampler.fetch()
         hook.begin_step(plan, len(ids))
         time.sleep(0.03 if rank == 2 and plan.step % 3 == 0 else 0.004)
