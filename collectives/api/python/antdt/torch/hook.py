@@ -116,9 +116,10 @@ class PartialAllReduceHook:
         else:
             if not self.run_open:
                 self.run_open, self.run_policy, self.run_staleness = True, late, self.plan.staleness
-            # An empty batch still arrives (zeros, weight 1, adding 0 to Σ b): the arbiter closes a
-            # step only with an on-time contribution of weight > 0.
-            r = self._partial(comm, send, recv, weight=n if n > 0 else 1.0, samples=int(n))
+            # An empty batch arrives with weight 0: it cannot close a step on its own (so it never
+            # makes a rank with data late), and a step in which no rank has data closes empty once
+            # every rank arrived (docs/partial.md).
+            r = self._partial(comm, send, recv, weight=n, samples=int(n))
             fate = r.fate if n > 0 else Fate.none
             result = self._result(recv)
             self._catch_up(r.steps_behind)
