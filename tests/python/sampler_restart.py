@@ -2,9 +2,9 @@
 antdt-run --restarts 1, 2 epochs of 3 000 samples, B = 96, DDP on gloo with the hook):
 rank 1 asks for its own restart at step 12, or the first step after it that it computes (the
 Agent exits with the restart code, antdt-run starts it again, every rank rebuilds); rank 2 is
-late every third step, so under drop the DDS takes dropped batches back (defer: too-late ones). Every process writes
-the ids it committed per epoch; the check builds one bitmap per epoch and fails on an id
-committed twice or never.
+late every third step, so under drop the DDS takes dropped batches back (defer: too-late
+ones). Every process writes the ids it committed per epoch; the check builds one bitmap per
+epoch and fails on an id committed twice or never.
 
   sampler_restart.py <antdt-run> <out dir>
   SAMPLER_TEST_LATE=wait|drop|defer (default drop), SAMPLER_TEST_RESTART=1|0 (default 1)
