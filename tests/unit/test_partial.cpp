@@ -345,6 +345,24 @@ coll::partial::Arrival arrival_of(int rank, std::uint64_t step, LatePolicy polic
   return a;
 }
 
+// Three ranks, a 1 ms grace, no warm-up, 8 results kept (the defer tests below).
+coll::partial::ArbiterConfig three_ranks_config() {
+  coll::partial::ArbiterConfig cfg;
+  cfg.ranks = 3;
+  cfg.grace_s = 0.001;
+  cfg.warmup_steps = 0;
+  cfg.result_cache = 8;
+  return cfg;
+}
+
+// An arrival of `weight` at `step` under defer whose staleness is 2 (two steps late is still deferred).
+coll::partial::Arrival deferred_arrival(int rank, std::uint64_t step, double weight = 1) {
+  coll::partial::Arrival a = arrival_of(rank, step, LatePolicy::defer);
+  a.staleness = 2;
+  a.weight = weight;
+  return a;
+}
+
 // The arbiter's decisions alone, on a fake clock.
 TEST(ArbiterTest, ClosesAtQuorumPlusGraceAndNotBefore) {
   coll::partial::ArbiterConfig cfg;
@@ -438,19 +456,10 @@ TEST(ArbiterTest, WaitPolicyNeverClosesWithoutEveryRank) {
 // holds those results: the arbiter pushes it only the steps that closed while it
 // was absent, and nothing while it stays present, however far behind it is.
 TEST(ArbiterTest, DeferredRankIsSentOnlyTheResultsItMissed) {
-  coll::partial::ArbiterConfig cfg;
-  cfg.ranks = 3;
-  cfg.grace_s = 0.001;
-  cfg.warmup_steps = 0;
-  cfg.result_cache = 8;
-  coll::partial::Arbiter arb(cfg);
+  coll::partial::Arbiter arb(three_ranks_config());
   std::vector<coll::partial::Arbiter::Out> out;
   auto t = coll::partial::Clock::now();
-  auto arrive = [&](int r, std::uint64_t step) {
-    auto a = arrival_of(r, step, LatePolicy::defer);
-    a.staleness = 2;  // two steps late is still deferred, not dropped
-    arb.on_arrival(a, t, out);
-  };
+  auto arrive = [&](int r, std::uint64_t step) { arb.on_arrival(deferred_arrival(r, step), t, out); };
   // The decision rank 2 gets when the open step closes (it has arrived for `slow`).
   auto close_with_rank2 = [&](std::uint64_t fast, std::optional<std::uint64_t> slow) {
     out.clear();
@@ -487,19 +496,11 @@ TEST(ArbiterTest, DeferredRankIsSentOnlyTheResultsItMissed) {
 // contributor while a weight-0 rank was to serve the step's result, which no
 // rank held ("serves step 2 but no longer holds it").
 TEST(ArbiterTest, LateContributionIntoAStepWithoutDataIsDropped) {
-  coll::partial::ArbiterConfig cfg;
-  cfg.ranks = 3;
-  cfg.grace_s = 0.001;
-  cfg.warmup_steps = 0;
-  cfg.result_cache = 8;
-  coll::partial::Arbiter arb(cfg);
+  coll::partial::Arbiter arb(three_ranks_config());
   std::vector<coll::partial::Arbiter::Out> out;
   auto t = coll::partial::Clock::now();
   auto arrive = [&](int r, std::uint64_t step, double weight) {
-    auto a = arrival_of(r, step, LatePolicy::defer);
-    a.staleness = 2;
-    a.weight = weight;
-    arb.on_arrival(a, t, out);
+    arb.on_arrival(deferred_arrival(r, step, weight), t, out);
   };
   arrive(0, 1, 1);
   arrive(1, 1, 1);
