@@ -79,6 +79,7 @@ class Controller::View final : public MonitorView {
     RankStats s = rank(r);
     const telemetry::RankSummary summary = c_.monitor_.summary(r);
     s.compute_median_s = summary.compute_s.median;
+    s.jitter = summary.jitter;
     if (s.steps == 0) {
       // Fed elsewhere: the Monitor's own compute figures.
       s.compute_ewma_s = summary.compute_s.ewma;

@@ -1,7 +1,7 @@
 // "antdt-dd" (dedicated clusters, docs/scheduler.md): local batches in
 // proportion to each rank's measured speed, Σ b_i = B exactly, gradient
 // accumulation above the micro-batch cap, hysteresis, and `defer` while a
-// rank has transient spikes.
+// rank has transient spikes or computes in bursts.
 #include "scheduler/policy_config.hpp"
 
 #include "core/error.hpp"
@@ -18,6 +18,14 @@ struct DdOptions {
   std::uint64_t warmup = 5;        // steps of statistics before the first change
   std::uint32_t staleness = 1;     // bound of defer
   bool defer_transients = true;
+  // Defer also while a rank the Monitor calls slow (deterministic or
+  // persistent) has a jitter (RankStats) above this; 0: never. A rank stalled
+  // in bursts (a CPU quota, a co-tenant) gets a fair batch on average, yet
+  // under wait every step pays its slowest stall; the Monitor does not call it
+  // transient, because its per-sample EWMA stays high. Measured jitter
+  // (Fashion-MNIST, docs/torch.md): 2.8-5.8 for a rank throttled to a third of
+  // its share, 1.2-1.5 for the healthy ranks beside it.
+  double jitter = 2.0;
 };
 
 class DdPolicy final : public Policy {
@@ -35,12 +43,20 @@ class DdPolicy final : public Policy {
     // Speeds: samples per second of compute. A transient rank's current figure
     // is a spike that will pass, so it keeps the speed it had before.
     speeds_.assign(n, 0.0);
-    bool any_transient = false;
+    bool any_transient = false, any_bursty = false;
+    // Jitter costs O(Monitor window) a rank, so only ranks the Monitor calls
+    // slow are looked at, every few steps; defer outlives it by `interval`.
+    const bool look_for_bursts = options_.defer_transients && options_.jitter > 0 &&
+                                 ctx.step % std::min<std::uint64_t>(4, options_.interval) == 0;
     std::size_t known = 0;
     for (std::size_t i = 0; i < n; ++i) {
       const RankStats st = monitor.rank(static_cast<int>(i));
       const bool transient = st.cls == StragglerClass::transient;
       any_transient = any_transient || transient;
+      if (look_for_bursts && !any_bursty &&
+          (st.cls == StragglerClass::deterministic || st.cls == StragglerClass::persistent)) {
+        any_bursty = monitor.detail(static_cast<int>(i)).jitter > options_.jitter;
+      }
       if (!transient && st.samples_per_s > 0) trusted_[i] = st.samples_per_s;
       speeds_[i] = trusted_[i];
       if (speeds_[i] > 0) ++known;
@@ -80,9 +96,10 @@ class DdPolicy final : public Policy {
     // One late policy for every rank (the arbiter needs one per step): defer
     // while some rank spikes, back to wait `interval` steps after the last one.
     LatePolicy late = ctx.plans[0].late;
-    if (options_.defer_transients && any_transient) {
+    if (options_.defer_transients && (any_transient || any_bursty)) {
       late = LatePolicy::defer;
       last_transient_ = ctx.step;
+      cause_ = any_transient ? "transient stragglers" : "a rank computing in bursts";
     } else if (late == LatePolicy::defer && ctx.step >= last_transient_ + options_.interval) {
       late = LatePolicy::wait;
     }
@@ -97,16 +114,29 @@ class DdPolicy final : public Policy {
     if (rebalance) changed_at_ = ctx.step;
     reason_ = rebalance ? cat("rebalance: largest batch move ", std::lround(largest_move * 100), "% > ",
                               std::lround(options_.threshold * 100), "%; late ", late == LatePolicy::defer ? "defer" : "wait")
-                        : cat("late policy ", late == LatePolicy::defer ? "defer (transient stragglers)" : "wait");
+                        : late == LatePolicy::defer ? cat("late policy defer (", cause_, ")")
+                                                    : std::string("late policy wait");
     return plans;
   }
 
  private:
+  // Some rank's jitter above the option. O(n * Monitor window), so it is
+  // looked at every few steps only; defer outlives it by `interval` steps.
+  bool any_bursty(const PolicyContext& ctx, const MonitorView& monitor) {
+    const std::uint64_t every = std::min<std::uint64_t>(4, options_.interval);
+    if (ctx.step % every != 0) return false;
+    for (int r = 0; r < ctx.world_size; ++r) {
+      if (monitor.detail(r).jitter > options_.jitter) return true;
+    }
+    return false;
+  }
+
   DdOptions options_;
   std::vector<double> trusted_;   // per rank: last speed measured while not transient
   std::vector<double> speeds_, scratch_;
   std::optional<std::uint64_t> changed_at_;
   std::uint64_t last_transient_ = 0;
+  std::string cause_;             // of the latest defer
   std::string reason_;
 };
 
@@ -120,6 +150,12 @@ std::unique_ptr<Policy> make_dd_policy(std::string_view config_json) {
   o.warmup = reader.integer("warmup", o.warmup, 0, 1'000'000'000);
   o.staleness = static_cast<std::uint32_t>(reader.integer("staleness", o.staleness, 1, 1024));
   o.defer_transients = reader.boolean("defer_transients", o.defer_transients);
+  o.jitter = reader.number("jitter", o.jitter, 0, 1000);
+  // Every rank's p90 is at least its median: a bound of 1 or less would defer always.
+  if (o.jitter > 0 && o.jitter <= 1) {
+    raise<ConfigError>("ANTDT_POLICY_CONFIG is invalid for policy 'antdt-dd': \"jitter\" is ", o.jitter,
+                       ", expected 0 (off) or a number above 1");
+  }
   reader.finish();
   return std::make_unique<DdPolicy>(o);
 }

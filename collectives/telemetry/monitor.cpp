@@ -92,6 +92,7 @@ void Monitor::record_locked(const StepRecord& r) {
   if (r.samples == 0 && s.has_samples) return;
   if (s.compute.empty()) ++ranks_with_data_;
   s.compute.add(r.compute_s);
+  s.work.add(r.samples > 0 ? r.compute_s / static_cast<double>(r.samples) : r.compute_s);
   if (r.samples > 0) {
     const double per_sample = r.compute_s / static_cast<double>(r.samples);
     if (!s.has_samples) {
@@ -241,6 +242,10 @@ RankSummary Monitor::summary_locked(int rank) const {
   out.wait_s = window(s.wait);
   out.transfer_s = window(s.transfer);
   out.samples_per_s = window(s.throughput);
+  if (s.work.size() >= cfg_.short_steps && s.work.size() >= 2) {
+    const double median = s.work.median(scratch_);
+    if (median > 0) out.jitter = s.work.quantile(0.9, scratch_) / median;
+  }
   return out;
 }
 

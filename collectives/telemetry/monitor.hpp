@@ -58,6 +58,10 @@ struct RankSummary {
   std::uint64_t steps = 0;       // records with compute
   std::uint64_t transient_episodes = 0;
   WindowSummary compute_s, wait_s, transfer_s, samples_per_s;
+  // How bursty the rank's compute is: p90 ÷ median of its compute time per
+  // sample over the window (per step for a rank that reports no samples).
+  // 1 for a steady rank, whatever its speed; 0 before short_steps records.
+  double jitter = 0;
 };
 
 class Monitor {
@@ -101,8 +105,10 @@ class Monitor {
  private:
   struct RankState {
     RankState(std::size_t window, double alpha)
-        : compute(window, alpha), wait(window, alpha), transfer(window, alpha), throughput(window, alpha) {}
+        : compute(window, alpha), wait(window, alpha), transfer(window, alpha), throughput(window, alpha),
+          work(window, alpha) {}
     StepStats compute, wait, transfer, throughput;
+    StepStats work;              // compute per sample (per step without samples), for jitter
     double per_sample_ewma = 0;  // EWMA of compute / samples
     double last_per_sample = 0;
     bool has_samples = false;    // reported samples > 0 at least once

@@ -47,6 +47,8 @@ struct RankStats {
   double slowness = 1;             // z: compute time per sample / the lower median over ranks
   double compute_ewma_s = 0;       // EWMA of the step's compute time, seconds
   double compute_median_s = 0;     // median over the Monitor's window (MonitorView::detail only; else 0)
+  double jitter = 0;               // p90 ÷ median of compute per sample over the window: 1 steady, 3 a rank
+                                   // stalled in bursts (detail only; 0 before enough steps)
   double samples_per_s = 0;        // standalone speed: samples per second of compute (EWMA); 0 before data
   std::uint64_t steps = 0;         // steps with a compute record
 };
@@ -56,7 +58,7 @@ class ANTDT_API MonitorView {
  public:
   virtual ~MonitorView();
   virtual int nranks() const noexcept = 0;
-  // Every field but compute_median_s, O(1). InvalidArgument for a rank out of range.
+  // Every field but compute_median_s and jitter, O(1). InvalidArgument for a rank out of range.
   virtual RankStats rank(int r) const = 0;
   // Every field, O(Monitor window).
   virtual RankStats detail(int r) const = 0;

@@ -297,6 +297,43 @@ TEST(Controller, DdDefersWhileARankHasTransientSpikesThenWaitsAgain) {
   EXPECT_EQ(job.controller->latest_plans()[0].late, LatePolicy::wait);
 }
 
+// A rank stalled in bursts (as under a CPU quota): 6x on every 4th step, 2x
+// otherwise, 3x on average. The Monitor calls it slow throughout (never
+// transient), so only its jitter (p90/median of time per sample: 3) shows
+// that waiting for it every step costs more than its average. A rank steady
+// at 3x never turns defer on.
+TEST(Controller, DdDefersWhileARankComputesInBurstsButNotForASteadySlowRank) {
+  const auto bursty = [](int r, std::uint64_t s) { return r == 2 ? (s % 4 == 0 ? 6.0 : 2.0) : 1.0; };
+  const auto steady = [](int r, std::uint64_t) { return r == 2 ? 3.0 : 1.0; };
+  struct Seen {
+    std::uint64_t first_defer = 0;  // 0: never
+    bool rebalanced = false;
+  };
+  const auto run = [](std::string_view config, const std::function<double(int, std::uint64_t)>& factor) {
+    Job job(4, 400, "antdt-dd", config);
+    Seen seen;
+    for (int s = 0; s < 200; ++s) {
+      if (auto d = job.run_step(factor)) {
+        for (const RankPlan& p : d->plans) EXPECT_EQ(p.late, d->plans[0].late);  // one policy for all
+        if (d->plans[2].local_batch < 100) seen.rebalanced = true;
+        if (d->plans[0].late == LatePolicy::defer && seen.first_defer == 0) seen.first_defer = d->decided_after;
+      }
+      EXPECT_NE(job.monitor.classify(2), StragglerClass::transient) << "step " << s;
+    }
+    return seen;
+  };
+  const Seen with = run(R"({"warmup": 5, "interval": 10})", bursty);
+  EXPECT_TRUE(with.rebalanced);
+  EXPECT_GT(with.first_defer, 0u) << "a bursty rank turns defer on";
+  EXPECT_LE(with.first_defer, 20u);
+  const Seen off = run(R"({"warmup": 5, "interval": 10, "jitter": 0})", bursty);
+  EXPECT_TRUE(off.rebalanced);
+  EXPECT_EQ(off.first_defer, 0u) << "jitter 0 turns the rule off";
+  const Seen calm = run(R"({"warmup": 5, "interval": 10})", steady);
+  EXPECT_TRUE(calm.rebalanced);
+  EXPECT_EQ(calm.first_defer, 0u) << "a steady slow rank is rebalanced, never deferred";
+}
+
 TEST(Controller, NdDropsResplitsAndRestartsAPersistentStragglerOnce) {
   Job job(6, 600, "antdt-nd", R"({"warmup": 5, "restart_cooldown": 1000, "resplit_interval": 1000})");
   // Rank 4 turns 4x slower at step 30 and stays slow: persistent 10 steps later.
@@ -597,6 +634,9 @@ TEST(PolicyConfig, UnknownKeysAndBadValuesNameTheVariableAndTheKey) {
   EXPECT_NE(what.find("threshold"), std::string::npos) << what;  // among the accepted keys
   what = config_error("antdt-dd", R"({"threshold": "high"})");
   EXPECT_NE(what.find("\"threshold\" is \"high\", expected a number in [0, 10]"), std::string::npos) << what;
+  what = config_error("antdt-dd", R"({"jitter": 0.8})");
+  EXPECT_NE(what.find("\"jitter\" is 0.8, expected 0 (off) or a number above 1"), std::string::npos) << what;
+  EXPECT_EQ(config_error("antdt-dd", R"({"jitter": 0})"), "(no error)");
   what = config_error("antdt-nd", R"({"restart": 1})");
   EXPECT_NE(what.find("\"restart\" is 1, expected true or false"), std::string::npos) << what;
   what = config_error("antdt-nd", R"({"restart_cooldown": -5})");

@@ -648,6 +648,29 @@ TEST(Monitor, SummaryStatisticsMatchTheWindow) {
   EXPECT_EQ(s.cls, StragglerClass::healthy) << "a single rank is its own reference: z = 1";
 }
 
+TEST(Monitor, JitterIsP90OverMedianOfComputePerSample) {
+  // Rank 0 3x slower than the others, with its batch cut to a third at step
+  // 40 (its step time falls 3x, its time per sample stays); rank 1 stalled 4x on every 5th
+  // step (20% of steps: p90 falls on a stall); ranks 2-4 plain.
+  const Model model = [](int rank, int step) {
+    if (rank == 0) return (step < 40 ? 3.0 : 1.0) * kBase;
+    if (rank == 1 && step % 5 == 0) return 4 * kBase;
+    return kBase;
+  };
+  int current_step = 0;
+  const auto samples = [&](int rank) -> std::uint64_t { return rank == 0 && current_step >= 40 ? 11 : 32; };
+  Stream s(5, test_config());
+  s.run(0, 9, model, samples);
+  EXPECT_EQ(s.monitor.summary(1).jitter, 0) << "fewer records than short_steps: no figure yet";
+  for (current_step = 9; current_step < 80; ++current_step) s.run(current_step, current_step + 1, model, samples);
+  // Noise is +-3%: p90/median of a steady rank is within (0.97..1.03)^2.
+  EXPECT_NEAR(s.monitor.summary(2).jitter, 1.0, 0.07);
+  // Rank 0's time per sample barely moves with its batch: 30 ms for 32
+  // samples before the cut, 10 ms for 11 after (0.94 against 0.91 ms).
+  EXPECT_NEAR(s.monitor.summary(0).jitter, 1.0, 0.1) << "a batch change is not jitter";
+  EXPECT_NEAR(s.monitor.summary(1).jitter, 4.0, 0.3);
+}
+
 TEST(Monitor, SingleRankIsItsOwnReference) {
   telemetry::Monitor m(1, test_config());
   m.record(telemetry::StepRecord{0, 0, 0, 0.02, 0.02, 0, 0, 1});
