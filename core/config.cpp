@@ -474,6 +474,8 @@ Config Config::from_env(const Lookup& lookup) {
   if (auto v = env.integer("ANTDT_INCARNATION", 0, INT_MAX, "restarts of this rank so far")) c.incarnation = static_cast<int>(*v);
   if (auto v = env.integer("ANTDT_RESTART_EXIT_CODE", 1, 255, "exit code")) c.restart_exit_code = static_cast<int>(*v);
   if (auto v = env.integer("ANTDT_MAX_RESTARTS", 0, 1000000, "restarts per rank")) c.max_restarts = static_cast<int>(*v);
+  if (auto v = env.integer("ANTDT_AGENT_PREFETCH", 0, 1, "1 = the plan request leases the step's samples too"))
+    c.agent_prefetch = *v == 1;
   return c;
 }
 
@@ -556,6 +558,7 @@ std::vector<std::string> Config::describe() const {
   lines.push_back(cat("ANTDT_INCARNATION=", incarnation));
   lines.push_back(cat("ANTDT_RESTART_EXIT_CODE=", restart_exit_code));
   lines.push_back(cat("ANTDT_MAX_RESTARTS=", max_restarts));
+  lines.push_back(cat("ANTDT_AGENT_PREFETCH=", agent_prefetch ? 1 : 0));
   return lines;
 }
 

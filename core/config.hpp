@@ -101,6 +101,7 @@ struct Config {
   int incarnation = 0;                  // ANTDT_INCARNATION, 0..2147483647: restarts of this rank so far
   int restart_exit_code = 75;           // ANTDT_RESTART_EXIT_CODE, 1..255: the exit code asking for a restart
   int max_restarts = 0;                 // ANTDT_MAX_RESTARTS, 0..1000000: restarts the launcher grants each rank (antdt-run --restarts)
+  bool agent_prefetch = true;           // ANTDT_AGENT_PREFETCH=0|1: a plan request leases the step's samples too
 
   // Reads the variables through `lookup` (the process environment by default).
   using Lookup = std::function<std::optional<std::string>(std::string_view name)>;

@@ -67,8 +67,12 @@ StepPlan AgentImpl::next_step() {
   check_open("next_step");
   if (exit_ordered_) raise<InvalidArgument>("agent of rank ", rank_, ": next_step after a restart order; exit with ", exit_code());
   if (lease_) give_back();
+  give_back_prefetched();
   report_comm_failure();
-  const sched::coord::Plan p = client_->plan(step_ + 1);
+  // Whether the program fetches is seen in its steps that had a batch.
+  if (plan_ && plan_->local_batch > 0 && !plan_->stop) prefetch_ = fetched_this_step_ && cfg_.agent_prefetch;
+  sched::coord::Plan p = client_->plan(step_ + 1, prefetch_ ? sched::coord::kMaxBatchSamples : 0);
+  if (p.batch) prefetched_ = Prefetched{std::move(*p.batch), client_->reconnections()};
   step_ = p.step;
   fetched_this_step_ = false;
   StepPlan plan;
@@ -105,13 +109,35 @@ SampleBatch AgentImpl::next_samples(std::uint64_t cap) {
   SampleBatch out;
   // A batch's ids must fit in one frame (kMaxBatchSamples).
   const std::uint64_t max_samples = std::min({plan_->local_batch, cap, sched::coord::kMaxBatchSamples});
-  if (max_samples == 0) return out;
-  sched::coord::BatchReply reply = client_->fetch(max_samples);
+  if (max_samples == 0) {
+    give_back_prefetched();
+    return out;
+  }
+  // The batch that came with the plan, unless the caller takes fewer samples.
+  if (prefetched_ && prefetched_->reply.samples.size() > max_samples) give_back_prefetched();
+  std::uint64_t session = 0;
+  sched::coord::BatchReply reply;
+  if (prefetched_) {
+    reply = std::move(prefetched_->reply);
+    session = prefetched_->session;
+    prefetched_.reset();
+  } else {
+    reply = client_->fetch(max_samples);
+    session = client_->reconnections();
+  }
   out.epoch = reply.epoch;
   out.finished = reply.status == 2;
-  if (reply.lease != 0) lease_ = Lease{reply.lease, client_->reconnections()};
+  if (reply.lease != 0) lease_ = Lease{reply.lease, session};
   out.samples = std::move(reply.samples);
   return out;
+}
+
+void AgentImpl::give_back_prefetched() {
+  if (!prefetched_) return;
+  const Prefetched p = std::move(*prefetched_);
+  prefetched_.reset();
+  // A reconnection voided it: the coordinator already took the samples back.
+  if (p.reply.lease != 0 && p.session == client_->reconnections()) client_->give_back(p.reply.lease);
 }
 
 void AgentImpl::report_step(const StepReport& r) {
@@ -148,6 +174,7 @@ void AgentImpl::close() noexcept {
   if (!client_ || client_->closed()) return;
   try {
     if (lease_) give_back();
+    give_back_prefetched();
     client_->bye(exit_ordered_);
   } catch (const std::exception& e) {
     ANTDT_WARN("agent of rank ", rank_, ": closing the coordinator session failed: ", e.what());

@@ -81,6 +81,8 @@ class AgentImpl {
   // After a collective threw on this rank's communicator: tells the
   // coordinator (once per generation) which peers the transport knows are gone.
   void report_comm_failure();
+  // Gives back a prefetched batch that next_samples() did not hand out.
+  void give_back_prefetched();
 
   AgentOptions options_;
   Config cfg_;
@@ -90,6 +92,17 @@ class AgentImpl {
   std::optional<StepPlan> plan_;
   bool fetched_this_step_ = false;
   std::optional<Lease> lease_;
+  // Prefetch (ANTDT_AGENT_PREFETCH): once the program has fetched samples in a
+  // step with a batch, each plan request asks for the step's samples too, and
+  // next_samples() hands them out without a round trip. A batch nobody took
+  // is given back at the next next_step() or at close(): it is never settled
+  // for a program that did not see it.
+  bool prefetch_ = false;
+  struct Prefetched {
+    sched::coord::BatchReply reply;
+    std::uint64_t session = 0;  // client reconnections when it was leased
+  };
+  std::optional<Prefetched> prefetched_;
   std::optional<std::uint64_t> rebuild_to_;
   bool fresh_communicator_ = false;  // rejoined: the first plan says rebuild, like the other ranks'
   bool exit_ordered_ = false;

@@ -92,7 +92,9 @@ Bytes CoordinatorClient::call(const Request& request) {
   }
 }
 
-Plan CoordinatorClient::plan(std::uint64_t step) { return decode_plan(call(PlanRequest{step})); }
+Plan CoordinatorClient::plan(std::uint64_t step, std::uint64_t fetch_max) {
+  return decode_plan(call(PlanRequest{step, fetch_max}));
+}
 
 void CoordinatorClient::report(const Report& report) { decode_ack(call(report)); }
 

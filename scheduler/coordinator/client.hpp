@@ -36,7 +36,8 @@ class CoordinatorClient {
   // The generation sent in the hello of a reconnection.
   void set_generation(std::uint64_t generation) noexcept { generation_ = generation; }
 
-  Plan plan(std::uint64_t step);
+  // fetch_max > 0: the plan carries the step's batch too (PlanRequest::fetch_max).
+  Plan plan(std::uint64_t step, std::uint64_t fetch_max = 0);
   void report(const Report& report);
   BatchReply fetch(std::uint64_t max_samples);
   bool commit(std::uint64_t lease);

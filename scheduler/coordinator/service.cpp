@@ -387,7 +387,7 @@ const sched::FrozenStep& Coordinator::frozen_locked(std::uint64_t step) {
   return frozen_.emplace(step, std::move(f)).first->second;
 }
 
-Plan Coordinator::plan(int rank, std::uint64_t step) {
+Plan Coordinator::plan(int rank, std::uint64_t step, std::uint64_t fetch_max) {
   std::lock_guard lock(mu_);
   Member& m = member(rank);
   ANTDT_CHECK_ARG(step >= 1, "coordinator: steps start at 1");
@@ -404,6 +404,14 @@ Plan Coordinator::plan(int rank, std::uint64_t step) {
   out.plan.restart = std::find(f.restarts.begin(), f.restarts.end(), std::pair{rank, m.incarnation}) != f.restarts.end();
   out.stop = f.stop;
   out.generation = f.generation;
+  // The batch of the step, leased as the rank's Fetch right after the plan
+  // would; none for a rank about to exit or a job that stops here. Nor while
+  // the rank must sit out a fetch (its last batch was dropped): only a fetch
+  // the trainer makes may use that up, else a late rank that skips the step
+  // (it applies a result it missed) would consume it unseen and take new
+  // samples at its next computed step, to be dropped again.
+  if (fetch_max > 0 && dds_ && !out.plan.restart && !out.stop && out.plan.local_batch > 0 && !m.sit_out_fetch)
+    out.batch = fetch_locked(m, rank, std::min(out.plan.local_batch, fetch_max));
   return out;
 }
 
@@ -482,6 +490,10 @@ BatchReply Coordinator::fetch(int rank, std::uint64_t max_samples) {
   std::lock_guard lock(mu_);
   Member& m = member(rank);
   if (!dds_) raise<InvalidArgument>("coordinator: fetch, but this job has no dataset (dataset size 0)");
+  return fetch_locked(m, rank, max_samples);
+}
+
+BatchReply Coordinator::fetch_locked(Member& m, int rank, std::uint64_t max_samples) {
   BatchReply out;
   if (std::exchange(m.sit_out_fetch, false)) {
     out.status = static_cast<std::uint8_t>(sched::FetchStatus::wait);
@@ -947,7 +959,7 @@ bool CoordinatorService::handle(Connection& c, const Bytes& frame) {
         [&](const auto& m) -> Bytes {
           using T = std::decay_t<decltype(m)>;
           if constexpr (std::is_same_v<T, PlanRequest>) {
-            return encode(coordinator_->plan(c.rank, m.step));
+            return encode(coordinator_->plan(c.rank, m.step, m.fetch_max));
           } else if constexpr (std::is_same_v<T, Report>) {
             coordinator_->report(c.rank, m);
             return encode(Ack{});

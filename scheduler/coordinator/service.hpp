@@ -121,7 +121,8 @@ class Coordinator {
   // said hello before (to this or an earlier coordinator process), so a new
   // incarnation number is not a restart to handle.
   Welcome hello(int rank, std::uint32_t incarnation, std::uint64_t generation, bool reconnect = false);
-  Plan plan(int rank, std::uint64_t step);
+  // fetch_max > 0: the plan also carries the step's batch (PlanRequest::fetch_max).
+  Plan plan(int rank, std::uint64_t step, std::uint64_t fetch_max = 0);
   void report(int rank, const Report& report);
   BatchReply fetch(int rank, std::uint64_t max_samples);
   // False when the lease is not open or not this rank's (already settled,
@@ -196,6 +197,7 @@ class Coordinator {
   void close_steps_locked();
   void lost_locked(int rank, const std::string& why);
   std::vector<std::uint32_t> members_locked(std::uint64_t generation) const;
+  BatchReply fetch_locked(Member& m, int rank, std::uint64_t max_samples);
   void schedule_restart_locked(int rank, std::uint64_t step, const char* why);
   void checkpoint_locked(bool force);
   bool all_exited_locked() const;

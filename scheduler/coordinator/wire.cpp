@@ -62,6 +62,33 @@ void throw_if_error(std::span<const std::byte> bytes) {
   throw_status(e.status, "coordinator: " + e.message);
 }
 
+// A batch's fields, the last ones of a batch reply or of a plan that carries one.
+void put_batch(Writer& w, const BatchReply& m) {
+  ANTDT_CHECK_ARG(m.samples.size() <= kMaxBatchSamples, "a batch of ", m.samples.size(), " samples exceeds the limit of ",
+                  kMaxBatchSamples);
+  w.put(m.status);
+  w.put(m.lease);
+  w.put(m.epoch);
+  w.put(static_cast<std::uint64_t>(m.samples.size()));
+  w.bytes(std::as_bytes(std::span(m.samples)));
+}
+
+BatchReply read_batch(Reader& r) {
+  BatchReply m;
+  m.status = r.get<std::uint8_t>();
+  if (m.status > 2) raise<BootstrapError>("malformed coordinator batch: status ", int{m.status});
+  m.lease = r.get<std::uint64_t>();
+  m.epoch = r.get<std::uint32_t>();
+  const auto count = r.get<std::uint64_t>();
+  if (count > kMaxBatchSamples || count * 8 != r.left())
+    raise<BootstrapError>("malformed coordinator batch: ", count, " samples in ", r.left(), " bytes");
+  if ((count > 0) != (m.status == 0))
+    raise<BootstrapError>("malformed coordinator batch: ", count, " samples with status ", int{m.status});
+  m.samples.resize(count);
+  for (auto& id : m.samples) id = r.get<std::uint64_t>();
+  return m;
+}
+
 }  // namespace
 
 Kind peek_kind(std::span<const std::byte> bytes) {
@@ -114,6 +141,7 @@ Bytes encode(const Request& request) {
         if constexpr (std::is_same_v<T, PlanRequest>) {
           Writer w(Kind::plan_request);
           w.put(m.step);
+          w.put(m.fetch_max);
           return w.take();
         } else if constexpr (std::is_same_v<T, Report>) {
           Writer w(Kind::report);
@@ -176,18 +204,14 @@ Bytes encode(const Plan& m) {
   w.put(static_cast<std::uint8_t>(m.plan.resplit));
   w.put(static_cast<std::uint8_t>(m.stop));
   w.put(m.generation);
+  w.put(static_cast<std::uint8_t>(m.batch.has_value()));
+  if (m.batch) put_batch(w, *m.batch);
   return w.take();
 }
 
 Bytes encode(const BatchReply& m) {
-  ANTDT_CHECK_ARG(m.samples.size() <= kMaxBatchSamples, "a batch of ", m.samples.size(), " samples exceeds the limit of ",
-                  kMaxBatchSamples);
   Writer w(Kind::batch);
-  w.put(m.status);
-  w.put(m.lease);
-  w.put(m.epoch);
-  w.put(static_cast<std::uint64_t>(m.samples.size()));
-  w.bytes(std::as_bytes(std::span(m.samples)));
+  put_batch(w, m);
   return w.take();
 }
 
@@ -252,7 +276,9 @@ Request decode_request(std::span<const std::byte> bytes) {
   switch (kind) {
     case Kind::plan_request: {
       Reader r(bytes, kind, "plan request");
-      PlanRequest m{r.get<std::uint64_t>()};
+      PlanRequest m;
+      m.step = r.get<std::uint64_t>();
+      m.fetch_max = r.get<std::uint64_t>();
       r.done();
       if (m.step == 0) raise<BootstrapError>("malformed coordinator plan request: step 0 (steps start at 1)");
       return m;
@@ -349,6 +375,7 @@ Plan decode_plan(std::span<const std::byte> bytes) {
   m.plan.resplit = r.flag();
   m.stop = r.flag();
   m.generation = r.get<std::uint64_t>();
+  if (r.flag()) m.batch = read_batch(r);
   r.done();
   if (m.plan.micro_batches == 0) raise<BootstrapError>("malformed coordinator plan: 0 micro-batches");
   return m;
@@ -357,18 +384,7 @@ Plan decode_plan(std::span<const std::byte> bytes) {
 BatchReply decode_batch(std::span<const std::byte> bytes) {
   throw_if_error(bytes);
   Reader r(bytes, Kind::batch, "batch");
-  BatchReply m;
-  m.status = r.get<std::uint8_t>();
-  if (m.status > 2) raise<BootstrapError>("malformed coordinator batch: status ", int{m.status});
-  m.lease = r.get<std::uint64_t>();
-  m.epoch = r.get<std::uint32_t>();
-  const auto count = r.get<std::uint64_t>();
-  if (count > kMaxBatchSamples || count * 8 != r.left())
-    raise<BootstrapError>("malformed coordinator batch: ", count, " samples in ", r.left(), " bytes");
-  if ((count > 0) != (m.status == 0))
-    raise<BootstrapError>("malformed coordinator batch: ", count, " samples with status ", int{m.status});
-  m.samples.resize(count);
-  for (auto& id : m.samples) id = r.get<std::uint64_t>();
+  BatchReply m = read_batch(r);
   r.done();
   return m;
 }

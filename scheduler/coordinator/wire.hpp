@@ -19,6 +19,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <variant>
@@ -29,7 +30,9 @@ namespace antdt::sched::coord {
 using Bytes = std::vector<std::byte>;
 
 inline constexpr std::uint32_t kMagic = 0x43544441;  // "ADTC"
-inline constexpr std::uint16_t kVersion = 3;  // 2: communicator failures, generation members; 3: abandoned generations
+// 2: communicator failures, generation members; 3: abandoned generations;
+// 4: a plan request may lease the step's samples too (PlanRequest::fetch_max, Plan::batch)
+inline constexpr std::uint16_t kVersion = 4;
 inline constexpr std::size_t kNonceBytes = 16;
 inline constexpr std::size_t kMacBytes = 32;
 inline constexpr std::size_t kMaxTextBytes = 1024;
@@ -79,6 +82,10 @@ struct Welcome {
 // --- requests (rank -> coordinator) ---
 struct PlanRequest {
   std::uint64_t step = 0;
+  // > 0: also lease up to min(the plan's local batch, fetch_max) samples, as a
+  // Fetch right after the plan would (one round trip instead of two). No lease
+  // for a plan that orders this rank to restart or stops the job.
+  std::uint64_t fetch_max = 0;
 };
 struct Report {
   std::uint64_t step = 0;
@@ -118,17 +125,18 @@ using Request = std::variant<PlanRequest, Report, Fetch, Commit, GiveBack, Reque
                              CommFailed>;
 
 // --- replies (coordinator -> rank) ---
-struct Plan {
-  std::uint64_t step = 0;
-  RankPlan plan;                 // restart: this rank exits before the step
-  bool stop = false;             // the data is consumed: every rank leaves its loop at this step
-  std::uint64_t generation = 0;  // communicator generation of this step
-};
 struct BatchReply {
   std::uint8_t status = 1;       // sched::FetchStatus: 0 ok, 1 wait, 2 finished
   std::uint64_t lease = 0;
   std::uint32_t epoch = 0;
   std::vector<std::uint64_t> samples;
+};
+struct Plan {
+  std::uint64_t step = 0;
+  RankPlan plan;                 // restart: this rank exits before the step
+  bool stop = false;             // the data is consumed: every rank leaves its loop at this step
+  std::uint64_t generation = 0;  // communicator generation of this step
+  std::optional<BatchReply> batch;  // what a PlanRequest with fetch_max leased (none: nothing was fetched)
 };
 struct GenerationId {
   bool ready = false;            // false: the generation's first member has not offered its id yet

@@ -83,18 +83,22 @@ write("partial_protocol", "arrival_bad_rank", bytes([64 | 0]) + arrival)
 
 # coordinator wire: first byte selects the decoder (fuzz_coordinator_wire.cpp)
 C = 0x43544441
-CV = 2  # the coordinator protocol's version (scheduler/coordinator/wire.hpp kVersion)
+CV = 4  # the coordinator protocol's version (scheduler/coordinator/wire.hpp kVersion)
 write("coordinator_wire", "peek", b"\x00" + prefix(C, 10, CV) + struct.pack("<Q", 1))
 write("coordinator_wire", "challenge", b"\x01" + prefix(C, 1, CV) + bytes(16))
 write("coordinator_wire", "hello", b"\x02" + prefix(C, 2, CV) + struct.pack("<IIIQB", 1, 4, 0, 1, 0) + b"\x22" * 32)
 write("coordinator_wire", "welcome", b"\x03" + prefix(C, 3, CV) + struct.pack("<B", 1) + struct.pack("<I", 0) +
       struct.pack("<QQ", 1, 0))
-for kind, body, name in [(10, struct.pack("<Q", 3), "plan_request"), (13, struct.pack("<Q", 64), "fetch"),
+for kind, body, name in [(10, struct.pack("<QQ", 3, 64), "plan_request"), (13, struct.pack("<Q", 64), "fetch"),
                          (15, struct.pack("<Q", 5), "commit"), (16, struct.pack("<Q", 5), "give_back"),
                          (17, b"", "request_restart"), (19, struct.pack("<Q", 2), "join_generation"),
                          (21, b"\x01", "bye"), (12, struct.pack("<QdddQB", 3, 0.1, 0.0, 0.01, 32, 0), "report"),
                          (18, struct.pack("<Q", 2) + bytes(128), "offer_id")]:
     write("coordinator_wire", "request_" + name, b"\x04" + prefix(C, kind, CV) + body)
+# plan: step, local batch, micro-batches, micro-batch, late, staleness, restart, resplit, stop, generation,
+# then a batch (flag 1: status, lease, epoch, count, ids)
+write("coordinator_wire", "plan_with_batch", b"\x05" + prefix(C, 11, CV) + struct.pack("<QQIQBIBBBQ", 3, 2, 1, 2, 2, 1, 0, 0, 0, 1) +
+      b"\x01" + struct.pack("<BQIQ", 0, 9, 1, 2) + struct.pack("<QQ", 4, 5))
 write("coordinator_wire", "batch", b"\x06" + prefix(C, 14, CV) + struct.pack("<BQI", 0, 9, 1) + struct.pack("<Q", 3) +
       struct.pack("<QQQ", 1, 2, 3))
 write("coordinator_wire", "batch_huge_count", b"\x06" + prefix(C, 14, CV) + struct.pack("<BQI", 0, 9, 1) +

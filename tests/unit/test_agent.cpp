@@ -74,6 +74,44 @@ TEST(Agent, SingleRankCommitsEverySampleOnce) {
   EXPECT_THROW(agent.next_step(), InvalidArgument);
 }
 
+// A program that skips next_samples() in some steps: the batch the Agent
+// asked for with the plan (ANTDT_AGENT_PREFETCH, on by default) is given back
+// unseen, and every sample is still committed exactly once.
+TEST(Agent, StepsWithoutNextSamplesLoseNoPrefetchedSample) {
+  if (!clean_environment()) GTEST_SKIP() << "launcher or ANTDT_* variables set";
+  const std::uint64_t n = 301;
+  std::vector<int> counts(n, 0);
+  AgentOptions options;
+  options.dataset_size = n;
+  options.epochs = 1;
+  options.global_batch = 8;
+  options.shard_size = 8;
+  Agent agent = Agent::from_env(options);
+  std::uint64_t steps = 0, skipped = 0;
+  for (; steps < 1000; ++steps) {
+    const StepPlan plan = agent.next_step();
+    if (plan.stop) break;
+    // Fetch in two steps of three, then skip two steps in a row every 7th.
+    const bool fetch = steps % 3 != 2 && steps % 7 != 6 && steps % 7 != 0;
+    SampleBatch batch;
+    if (fetch) {
+      batch = agent.next_samples();
+    } else {
+      ++skipped;
+    }
+    agent.report_step({.compute_s = 0.001, .samples = batch.size()});
+    for (auto id : batch) ++counts.at(id);
+    if (!batch.empty()) {
+      EXPECT_TRUE(agent.commit());
+    }
+    EXPECT_FALSE(agent.commit()) << "nothing left to settle at step " << plan.step;
+  }
+  EXPECT_LT(steps, 1000u) << "no stop";
+  EXPECT_GT(skipped, 20u);
+  for (std::uint64_t i = 0; i < n; ++i) EXPECT_EQ(counts[i], 1) << "sample " << i;
+  agent.close();
+}
+
 TEST(Agent, RankZeroHostingTheCoordinatorIsNotRestarted) {
   if (!clean_environment()) GTEST_SKIP() << "launcher or ANTDT_* variables set";
   AgentOptions options;

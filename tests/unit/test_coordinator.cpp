@@ -273,6 +273,60 @@ TEST(Coordinator, LeasesBelongToTheirRank) {
   EXPECT_EQ(c.progress().committed, 5u);
 }
 
+// A plan request with fetch_max leases the step's samples as a Fetch right
+// after the plan would: at most min(local batch, fetch_max), owned by the
+// rank, committed once; never for a plan that stops the job.
+TEST(Coordinator, PlanRequestCanLeaseTheStepsSamples) {
+  const std::uint64_t n = 50;
+  Coordinator c(options_for(2, n, 4, 1, 6));
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(c.hello(r, 0, 0).accepted);
+  Bitmap committed(n);
+  EXPECT_FALSE(c.plan(0, 1).batch.has_value()) << "fetch_max 0: a plan alone";
+  std::uint64_t stop_step = 0;
+  for (std::uint64_t step = 1; step < 200 && stop_step == 0; ++step) {
+    for (int r = 0; r < 2; ++r) {
+      const Plan p = c.plan(r, step, r == 0 ? 1000 : 2);
+      if (p.stop) {
+        EXPECT_FALSE(p.batch.has_value()) << "no lease at the stop step";
+        stop_step = step;
+        continue;
+      }
+      ASSERT_TRUE(p.batch.has_value()) << "step " << step;
+      EXPECT_LE(p.batch->samples.size(), r == 0 ? p.plan.local_batch : 2u);
+      EXPECT_FALSE(c.commit(1 - r, p.batch->lease)) << "the lease is the asking rank's";
+      if (p.batch->lease == 0) continue;
+      committed.add(p.batch->samples);
+      EXPECT_TRUE(c.commit(r, p.batch->lease));
+    }
+    for (int r = 0; r < 2; ++r) c.report(r, Report{step, 0.01, 0, 0, 3, Fate::included});
+  }
+  ASSERT_NE(stop_step, 0u) << "the job never stopped";
+  EXPECT_EQ(committed.problems(), "");
+}
+
+// After a dropped batch the rank sits out its next fetch (another rank takes
+// the samples). A plan request does not use that up: only the trainer's own
+// fetch does, whether or not the plan was asked with fetch_max.
+TEST(Coordinator, PlanRequestLeavesTheSitOutAfterADropToTheTrainersFetch) {
+  Coordinator c(options_for(2, 100, 10, 1, 8));
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(c.hello(r, 0, 0).accepted);
+  const Plan first = c.plan(1, 1, 1000);
+  ASSERT_TRUE(first.batch.has_value());
+  ASSERT_NE(first.batch->lease, 0u);
+  c.report(1, Report{1, 0.01, 0, 0, first.batch->samples.size(), Fate::dropped});
+  ASSERT_TRUE(c.give_back(1, first.batch->lease));
+  for (std::uint64_t step : {2u, 3u}) {  // e.g. steps it skips, catching up
+    const Plan p = c.plan(1, step, 1000);
+    EXPECT_FALSE(p.batch.has_value()) << "step " << step;
+  }
+  const BatchReply sat_out = c.fetch(1, 4);
+  EXPECT_EQ(sat_out.status, static_cast<std::uint8_t>(sched::FetchStatus::wait));
+  EXPECT_TRUE(sat_out.samples.empty());
+  const Plan after = c.plan(1, 4, 1000);
+  ASSERT_TRUE(after.batch.has_value()) << "the sit-out is used up";
+  EXPECT_FALSE(after.batch->samples.empty());
+}
+
 TEST(Coordinator, LostRankSamplesGoBackAndAreServedOnce) {
   const std::uint64_t n = 100;
   Coordinator c(options_for(2, n, 10, 1, 4));

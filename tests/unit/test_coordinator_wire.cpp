@@ -74,6 +74,7 @@ TEST(CoordinatorWire, MacBindsEveryField) {
 TEST(CoordinatorWire, RequestsRoundTrip) {
   const std::vector<Request> requests = {
       PlanRequest{42},
+      PlanRequest{43, 512},
       Report{9, 0.25, 0.5, 0.125, 64, Fate::dropped},
       Fetch{128},
       Commit{77},
@@ -88,14 +89,15 @@ TEST(CoordinatorWire, RequestsRoundTrip) {
     ASSERT_EQ(back.index(), request.index());
     EXPECT_EQ(encode(back), encode(request)) << "request kind index " << request.index();
   }
-  const auto report = std::get<Report>(decode_request(encode(requests[1])));
+  EXPECT_EQ(std::get<PlanRequest>(decode_request(encode(requests[1]))).fetch_max, 512u);
+  const auto report = std::get<Report>(decode_request(encode(requests[2])));
   EXPECT_EQ(report.step, 9u);
   EXPECT_DOUBLE_EQ(report.compute_s, 0.25);
   EXPECT_DOUBLE_EQ(report.wait_s, 0.5);
   EXPECT_DOUBLE_EQ(report.transfer_s, 0.125);
   EXPECT_EQ(report.samples, 64u);
   EXPECT_EQ(report.fate, Fate::dropped);
-  const auto offer = std::get<OfferId>(decode_request(encode(requests[6])));
+  const auto offer = std::get<OfferId>(decode_request(encode(requests[7])));
   EXPECT_EQ(offer.id.bytes, id_of(9).bytes);
 }
 
@@ -116,6 +118,24 @@ TEST(CoordinatorWire, RepliesRoundTrip) {
   EXPECT_EQ(pb.plan, p.plan);
   EXPECT_TRUE(pb.stop);
   EXPECT_EQ(pb.generation, 8u);
+  EXPECT_FALSE(pb.batch.has_value());
+  // A plan that carries the step's batch (PlanRequest::fetch_max).
+  p.batch = BatchReply{0, 12, 3, {7, 5, 3}};
+  const Plan with = decode_plan(encode(p));
+  ASSERT_TRUE(with.batch.has_value());
+  EXPECT_EQ(with.batch->lease, 12u);
+  EXPECT_EQ(with.batch->epoch, 3u);
+  EXPECT_EQ(with.batch->samples, (std::vector<std::uint64_t>{7, 5, 3}));
+  EXPECT_EQ(with.generation, 8u);
+  // Its batch is checked as a batch reply's: samples with a "wait" status, or a
+  // count that disagrees with the bytes, are garbage.
+  p.batch = BatchReply{1, 0, 3, {7}};
+  EXPECT_THROW(decode_plan(encode(p)), BootstrapError);
+  p.batch = BatchReply{0, 12, 3, {7, 5}};
+  Bytes cut = encode(p);
+  cut.resize(cut.size() - 8);
+  EXPECT_THROW(decode_plan(cut), BootstrapError);
+  p.batch.reset();
 
   BatchReply b{0, 11, 2, {4, 8, 15, 16, 23, 42}};
   const BatchReply bb = decode_batch(encode(b));
