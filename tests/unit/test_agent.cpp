@@ -27,16 +27,21 @@ bool clean_environment() {
   return true;
 }
 
+// One epoch of n samples, global_batch a step, shards of shard_size.
+AgentOptions one_epoch(std::uint64_t n, std::uint64_t global_batch, std::uint64_t shard_size) {
+  AgentOptions options;
+  options.dataset_size = n;
+  options.epochs = 1;
+  options.global_batch = global_batch;
+  options.shard_size = shard_size;
+  return options;
+}
+
 TEST(Agent, SingleRankCommitsEverySampleOnce) {
   if (!clean_environment()) GTEST_SKIP() << "launcher or ANTDT_* variables set";
   const std::uint64_t n = 257;
   std::vector<int> counts(n, 0);
-  AgentOptions options;
-  options.dataset_size = n;
-  options.epochs = 1;
-  options.global_batch = 10;
-  options.shard_size = 16;
-  Agent agent = Agent::from_env(options);
+  Agent agent = Agent::from_env(one_epoch(n, 10, 16));
   EXPECT_EQ(agent.rank(), 0);
   EXPECT_EQ(agent.size(), 1);
   EXPECT_EQ(agent.incarnation(), 0);
@@ -81,12 +86,7 @@ TEST(Agent, StepsWithoutNextSamplesLoseNoPrefetchedSample) {
   if (!clean_environment()) GTEST_SKIP() << "launcher or ANTDT_* variables set";
   const std::uint64_t n = 301;
   std::vector<int> counts(n, 0);
-  AgentOptions options;
-  options.dataset_size = n;
-  options.epochs = 1;
-  options.global_batch = 8;
-  options.shard_size = 8;
-  Agent agent = Agent::from_env(options);
+  Agent agent = Agent::from_env(one_epoch(n, 8, 8));
   std::uint64_t steps = 0, skipped = 0;
   for (; steps < 1000; ++steps) {
     const StepPlan plan = agent.next_step();
