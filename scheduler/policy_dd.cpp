@@ -120,17 +120,6 @@ class DdPolicy final : public Policy {
   }
 
  private:
-  // Some rank's jitter above the option. O(n * Monitor window), so it is
-  // looked at every few steps only; defer outlives it by `interval` steps.
-  bool any_bursty(const PolicyContext& ctx, const MonitorView& monitor) {
-    const std::uint64_t every = std::min<std::uint64_t>(4, options_.interval);
-    if (ctx.step % every != 0) return false;
-    for (int r = 0; r < ctx.world_size; ++r) {
-      if (monitor.detail(r).jitter > options_.jitter) return true;
-    }
-    return false;
-  }
-
   DdOptions options_;
   std::vector<double> trusted_;   // per rank: last speed measured while not transient
   std::vector<double> speeds_, scratch_;
