@@ -301,17 +301,17 @@ std::string Monitor::summary_table(std::size_t max_rows) const {
   if (flagged == 0) return out;
 
   std::array<char, 256> line{};
-  std::snprintf(line.data(), line.size(), "%6s  %-13s %7s  %10s %10s %10s  %10s %10s  %10s\n", "rank", "class",
-                "z", "compute ms", "c.p50 ms", "c.p99 ms", "wait ms", "xfer ms", "samples/s");
+  std::snprintf(line.data(), line.size(), "%6s  %-13s %7s  %10s %10s %10s %7s  %10s %10s  %10s\n", "rank", "class",
+                "z", "compute ms", "c.p50 ms", "c.p99 ms", "jitter", "wait ms", "xfer ms", "samples/s");
   out += line.data();
   std::size_t rows = 0;
   for (int rank = 0; rank < nranks_ && rows < max_rows; ++rank) {
     if (ranks_[static_cast<std::size_t>(rank)].cls == StragglerClass::healthy) continue;
     const RankSummary r = summary_locked(rank);
-    std::snprintf(line.data(), line.size(), "%6d  %-13s %7.2f  %10.3f %10.3f %10.3f  %10.3f %10.3f  %10.1f\n",
+    std::snprintf(line.data(), line.size(), "%6d  %-13s %7.2f  %10.3f %10.3f %10.3f %7.2f  %10.3f %10.3f  %10.1f\n",
                   rank, std::string(to_string(r.cls)).c_str(), r.slowness, r.compute_s.ewma * 1e3,
-                  r.compute_s.median * 1e3, r.compute_s.p99 * 1e3, r.wait_s.ewma * 1e3, r.transfer_s.ewma * 1e3,
-                  r.samples_per_s.ewma);
+                  r.compute_s.median * 1e3, r.compute_s.p99 * 1e3, r.jitter, r.wait_s.ewma * 1e3,
+                  r.transfer_s.ewma * 1e3, r.samples_per_s.ewma);
     out += line.data();
     ++rows;
   }

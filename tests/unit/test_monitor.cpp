@@ -520,6 +520,7 @@ TEST(Monitor, MixedKindsInOneStreamOfEightRanks) {
   }
   // One header line, one column line, one row per non-healthy rank.
   EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 2 + 4) << table;
+  EXPECT_NE(table.find("c.p99 ms  jitter"), std::string::npos) << table;
 }
 
 TEST(Monitor, ThetaDecides) {
