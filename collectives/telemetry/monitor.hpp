@@ -13,6 +13,7 @@
 #include "collectives/telemetry/step_stats.hpp"
 #include "collectives/telemetry/step_timer.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -51,6 +52,13 @@ struct WindowSummary {
   double last = 0, ewma = 0, median = 0, p99 = 0;
 };
 
+// Records the jitter looks at. Short, so that a lasting change of speed (a
+// rank slowing down for good) reads as jitter for about half of it only (the
+// median moves once half the records are new), while a rank that stalls
+// every few steps shows in every such stretch (Fashion-MNIST, a rank under a
+// third of its CPU share: 92-97% of 16-step stretches above 2; docs/torch.md).
+inline constexpr std::size_t kJitterSteps = 16;
+
 struct RankSummary {
   int rank = -1;
   StragglerClass cls = StragglerClass::healthy;
@@ -59,8 +67,9 @@ struct RankSummary {
   std::uint64_t transient_episodes = 0;
   WindowSummary compute_s, wait_s, transfer_s, samples_per_s;
   // How bursty the rank's compute is: p90 ÷ median of its compute time per
-  // sample over the window (per step for a rank that reports no samples).
-  // 1 for a steady rank, whatever its speed; 0 before short_steps records.
+  // sample (per step for a rank that reports no samples) over its last
+  // kJitterSteps records (fewer when the window is smaller). 1 for a steady
+  // rank, whatever its speed or batch; 0 before short_steps records.
   double jitter = 0;
 };
 
@@ -106,9 +115,9 @@ class Monitor {
   struct RankState {
     RankState(std::size_t window, double alpha)
         : compute(window, alpha), wait(window, alpha), transfer(window, alpha), throughput(window, alpha),
-          work(window, alpha) {}
+          work(std::min(window, kJitterSteps), alpha) {}
     StepStats compute, wait, transfer, throughput;
-    StepStats work;              // compute per sample (per step without samples), for jitter
+    StepStats work;              // compute per sample (per step without samples), last kJitterSteps, for jitter
     double per_sample_ewma = 0;  // EWMA of compute / samples
     double last_per_sample = 0;
     bool has_samples = false;    // reported samples > 0 at least once

@@ -47,7 +47,7 @@ struct RankStats {
   double slowness = 1;             // z: compute time per sample / the lower median over ranks
   double compute_ewma_s = 0;       // EWMA of the step's compute time, seconds
   double compute_median_s = 0;     // median over the Monitor's window (MonitorView::detail only; else 0)
-  double jitter = 0;               // p90 ÷ median of compute per sample over the window: 1 steady, 3 a rank
+  double jitter = 0;               // p90 ÷ median of compute per sample, last 16 steps: 1 steady, 3 a rank
                                    // stalled in bursts (detail only; 0 before enough steps)
   double samples_per_s = 0;        // standalone speed: samples per second of compute (EWMA); 0 before data
   std::uint64_t steps = 0;         // steps with a compute record

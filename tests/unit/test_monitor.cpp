@@ -672,6 +672,23 @@ TEST(Monitor, JitterIsP90OverMedianOfComputePerSample) {
   EXPECT_NEAR(s.monitor.summary(1).jitter, 4.0, 0.3);
 }
 
+TEST(Monitor, JitterOfALastingSlowdownFadesWithinItsStretch) {
+  // Rank 1 slows 4x for good at step 40: a level, not bursts. Its jitter is
+  // high while the slow records are a minority of the last kJitterSteps (p90
+  // slow, median not), and back to the noise's once they are the majority.
+  const Model model = [](int rank, int step) { return rank == 1 && step >= 40 ? 4 * kBase : kBase; };
+  Stream s(5, test_config());
+  s.run(0, 40, model);
+  EXPECT_NEAR(s.monitor.summary(1).jitter, 1.0, 0.07);
+  s.run(40, 42, model);
+  EXPECT_NEAR(s.monitor.summary(1).jitter, 4.0, 0.4) << "2 slow records of the last 16: p90 is slow, the median not";
+  s.run(42, 40 + static_cast<int>(telemetry::kJitterSteps / 2) + 1, model);
+  EXPECT_NEAR(s.monitor.summary(1).jitter, 1.0, 0.07) << "most of the last 16 records are slow: the median moved";
+  s.run(40 + static_cast<int>(telemetry::kJitterSteps / 2) + 1, 120, model);
+  EXPECT_NEAR(s.monitor.summary(1).jitter, 1.0, 0.07);
+  EXPECT_NE(s.monitor.classify(1), StragglerClass::healthy);
+}
+
 TEST(Monitor, SingleRankIsItsOwnReference) {
   telemetry::Monitor m(1, test_config());
   m.record(telemetry::StepRecord{0, 0, 0, 0.02, 0.02, 0, 0, 1});
