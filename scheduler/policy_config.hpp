@@ -31,9 +31,11 @@ class PolicyConfigReader {
   bool boolean(std::string_view key, bool fallback);
   // ConfigError naming every unknown key and the accepted ones.
   void finish() const;
+  // ConfigError naming the given key, its value and what was expected (for a
+  // rule the typed readers above cannot state).
+  [[noreturn]] void bad(std::string_view key, std::string_view expected) const;
 
  private:
-  [[noreturn]] void bad(std::string_view key, std::string_view expected) const;
   const nlohmann::json* find(std::string_view key);
 
   std::string policy_;

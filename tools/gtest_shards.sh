@@ -16,9 +16,13 @@ set -uo pipefail
 shards="${1:?usage: tools/gtest_shards.sh <shards> <gtest binary> [args...]}"
 binary="${2:?usage: tools/gtest_shards.sh <shards> <gtest binary> [args...]}"
 shift 2
+args=("$@")  # passed to every shard
 logs="$(mktemp -d)"
 trap 'rm -rf "$logs"' EXIT
 
+run_shard() {  # <index> <log>
+  GTEST_TOTAL_SHARDS="$shards" GTEST_SHARD_INDEX="$1" "$binary" --gtest_brief=1 "${args[@]}" >"$2" 2>&1
+}
 
 # True when the log shows only the sanitizer runtime's tracer crash: every test
 # passed, no test failed, and no sanitizer reported anything but that crash.
@@ -35,7 +39,7 @@ summary() { echo "$(grep -E '^\[==========\] .* ran' "$1" | tail -1), $(grep -E 
 
 pids=()
 for ((i = 0; i < shards; ++i)); do
-  GTEST_TOTAL_SHARDS="$shards" GTEST_SHARD_INDEX="$i" "$binary" --gtest_brief=1 "$@" >"$logs/$i.log" 2>&1 &
+  run_shard "$i" "$logs/$i.log" &
   pids+=("$!")
 done
 failed=0
@@ -48,8 +52,7 @@ for ((i = 0; i < shards; ++i)); do
     echo "gtest_shards.sh: shard $i/$shards: every test passed, then LeakSanitizer's tracer crashed at exit" \
          "(a sanitizer-runtime crash, not a finding; its output follows); running the shard once more"
     grep -E '^Tracer caught signal|LeakSanitizer has encountered|^\[  PASSED  \]' "$logs/$i.log"
-    if GTEST_TOTAL_SHARDS="$shards" GTEST_SHARD_INDEX="$i" "$binary" --gtest_brief=1 "$@" \
-         >"$logs/$i.retry.log" 2>&1; then
+    if run_shard "$i" "$logs/$i.retry.log"; then
       echo "gtest_shards.sh: shard $i/$shards, second run: $(summary "$logs/$i.retry.log")"
       continue
     fi

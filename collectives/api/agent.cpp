@@ -134,10 +134,9 @@ SampleBatch AgentImpl::next_samples(std::uint64_t cap) {
 
 void AgentImpl::give_back_prefetched() {
   if (!prefetched_) return;
-  const Prefetched p = std::move(*prefetched_);
+  const Lease lease{prefetched_->reply.lease, prefetched_->session};
   prefetched_.reset();
-  // A reconnection voided it: the coordinator already took the samples back.
-  if (p.reply.lease != 0 && p.session == client_->reconnections()) client_->give_back(p.reply.lease);
+  if (lease.id != 0) settle_with_coordinator(lease, false);
 }
 
 void AgentImpl::report_step(const StepReport& r) {
@@ -197,6 +196,10 @@ bool AgentImpl::settle_lease(bool used) {
   if (!lease_) return false;
   const Lease lease = *lease_;
   lease_.reset();
+  return settle_with_coordinator(lease, used);
+}
+
+bool AgentImpl::settle_with_coordinator(const Lease& lease, bool used) {
   // A reconnection voided it: the coordinator already took the samples back.
   if (lease.session != client_->reconnections()) return false;
   return used ? client_->commit(lease.id) : client_->give_back(lease.id);

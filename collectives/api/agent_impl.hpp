@@ -83,6 +83,8 @@ class AgentImpl {
   void report_comm_failure();
   // Gives back a prefetched batch that next_samples() did not hand out.
   void give_back_prefetched();
+  // Commits or gives back `lease`; false when a reconnection voided it or the coordinator refused.
+  bool settle_with_coordinator(const Lease& lease, bool used);
 
   AgentOptions options_;
   Config cfg_;

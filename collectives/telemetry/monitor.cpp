@@ -92,9 +92,9 @@ void Monitor::record_locked(const StepRecord& r) {
   if (r.samples == 0 && s.has_samples) return;
   if (s.compute.empty()) ++ranks_with_data_;
   s.compute.add(r.compute_s);
-  s.work.add(r.samples > 0 ? r.compute_s / static_cast<double>(r.samples) : r.compute_s);
+  const double per_sample = r.samples > 0 ? r.compute_s / static_cast<double>(r.samples) : r.compute_s;
+  s.work.add(per_sample);
   if (r.samples > 0) {
-    const double per_sample = r.compute_s / static_cast<double>(r.samples);
     if (!s.has_samples) {
       s.has_samples = true;
       ++ranks_with_samples_;
