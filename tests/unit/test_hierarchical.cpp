@@ -202,6 +202,37 @@ TEST_P(Hierarchical, AllreduceEveryDtypeOpCountAndPlacement) {
   }));
 }
 
+// The AllReduce's pipeline: with 4 KiB chunks a block is 4 KiB per local
+// slice and node, so these counts run dozens of blocks, more than the window
+// of blocks in flight, with a short last block, through every step kind.
+TEST_P(Hierarchical, AllreducePipelinesManyBlocksInEveryPlacement) {
+  const int n = ranks();
+  expect_all_ok(run_on_nodes(layout(), kind(),
+                             [](int) {
+                               Config cfg = config_with(AllreduceAlgo::hierarchical);
+                               cfg.chunk_bytes = 4096;
+                               return cfg;
+                             },
+                             [&](Communicator& comm) {
+    for (DataType t : {DataType::f32, DataType::i64, DataType::f16}) {
+      const std::size_t es = dtype_size(t);
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
+        for (std::size_t count : {std::size_t{20011}, std::size_t{65536}}) {
+          for (bool in_place : {false, true}) {
+            std::vector<std::byte> send(count * es), recv(count * es + 1, std::byte{0x5a});
+            for (std::size_t i = 0; i < count; ++i) store(t, send.data(), i, input(t, op, comm.rank(), i));
+            std::byte* out = in_place ? send.data() : recv.data();
+            comm.allreduce(send.data(), out, count, t, op);
+            const std::string what = where("pipelined allreduce", t, op, count, in_place);
+            for (std::size_t i = 0; i < count; ++i) expect_element(what, i, load(t, out, i), expected(t, op, n, i), t, op);
+            if (!in_place && recv[count * es] != std::byte{0x5a}) throw std::runtime_error(what + ": wrote past the end");
+          }
+        }
+      }
+    }
+  }));
+}
+
 // ---------------------------------------------------------------------------
 // Against the flat algorithms on random data
 // ---------------------------------------------------------------------------
