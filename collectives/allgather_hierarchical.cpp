@@ -13,6 +13,12 @@
 // rest inside the node. Pure data movement: the result is bit-identical to the
 // flat ring's.
 //
+// Both stages run pipelined (collectives/block_pipeline.hpp): every rank's
+// block is cut into chunks of ANTDT_CHUNK_BYTES, and pipeline block b is chunk
+// b of every rank's block; it walks the N-1 inter-node steps, then the L-1
+// intra-node ones, so the node copies one chunk while the next crosses the
+// network. AllGatherV's short blocks just run out of chunks (empty messages).
+//
 // First a round of empty messages between rank-order neighbours
 // (agree_on_the_call, hierarchy.hpp) makes ranks that disagree on the call
 // fail with MismatchError before any of them waits on the hierarchy.
@@ -20,8 +26,10 @@
 // aborts are handled as in the flat ring; every block has at least one
 // (possibly empty) message. Nodes of unequal size run the flat ring.
 #include "collectives/algorithms.hpp"
+#include "collectives/block_pipeline.hpp"
 #include "collectives/hierarchy.hpp"
 
+#include <algorithm>
 #include <vector>
 
 namespace antdt::coll {
@@ -31,32 +39,47 @@ void allgather_hierarchical(Call& call, const std::byte* send, std::byte* recv, 
   const Hierarchy h = hierarchy_of(call.comm());
   if (!h.uniform) return allgather_ring(call, send, recv, counts, displs, esize);
   agree_on_the_call(call);
-  const std::size_t N = h.nodes.size(), L = h.per_node();
-  auto block_of = [&](int rank) {
-    const auto r = static_cast<std::size_t>(rank);
-    return std::span(recv + displs[r] * esize, counts[r] * esize);
-  };
+  call.set_index_base(call.next_free_index());
+  const std::size_t N = h.nodes.size(), L = h.per_node(), p = h.position, q = h.node;
   const auto me = static_cast<std::size_t>(call.rank());
   std::byte* own = recv + displs[me] * esize;
   if (send != own) {
     call.memory().copy(own, send, counts[me] * esize);
     call.memory().settle();  // the own block is sent from recv
   }
-  // 1. Inter-node: unit j = the block of node j's rank at this position.
-  if (N > 1) {
-    const std::vector<int> cross = h.cross();
-    std::vector<std::vector<std::span<std::byte>>> units(N);
-    for (std::size_t j = 0; j < N; ++j) units[j].push_back(block_of(cross[j]));
-    ring_allgather_units(call, cross, units);
-  }
-  // 2. Intra-node: unit q = the blocks of the ranks at position q, one per node.
-  if (L > 1) {
-    call.set_index_base(call.next_free_index());
-    std::vector<std::vector<std::span<std::byte>>> units(L);
-    for (std::size_t q = 0; q < L; ++q)
-      for (std::size_t j = 0; j < N; ++j) units[q].push_back(block_of(h.at(j, q)));
-    ring_allgather_units(call, h.local(), units);
-  }
+  const std::size_t chunk_elems = std::max<std::size_t>(1, call.config().chunk_bytes / esize);
+  const std::size_t longest = *std::max_element(counts.begin(), counts.end());
+  const std::size_t blocks = Blocks{longest, chunk_elems}.count();
+  // Chunk b of rank r's block.
+  auto chunk = [&](int rank, std::size_t b) {
+    const auto r = static_cast<std::size_t>(rank);
+    const Blocks of_rank{counts[r], chunk_elems};
+    return std::span(recv + (displs[r] + of_rank.begin(b)) * esize, of_rank.elems(b) * esize);
+  };
+  const std::vector<int> cross = h.cross();
+  const std::vector<int>& local = h.local();
+  auto steps = [&](std::size_t b, std::size_t step, std::span<std::byte>) {
+    PipelineStep m;
+    if (step + 1 < N) {
+      // Inter-node: unit j = the block of node j's rank at this position;
+      // send unit q-t, receive unit q-t-1.
+      const std::size_t t = step, out = (q + N - t) % N, in = (q + 2 * N - t - 1) % N;
+      m.right = cross[(q + 1) % N];
+      m.left = cross[(q + N - 1) % N];
+      m.pieces.push_back({chunk(cross[out], b), chunk(cross[in], b), {}});
+      return m;
+    }
+    // Intra-node: unit u = the blocks of the ranks at position u, one per
+    // node; send unit p-s, receive unit p-s-1.
+    const std::size_t s = step - (N - 1), out = (p + L - s) % L, in = (p + 2 * L - s - 1) % L;
+    m.right = local[(p + 1) % L];
+    m.left = local[(p + L - 1) % L];
+    for (std::size_t j = 0; j < N; ++j) m.pieces.push_back({chunk(h.at(j, out), b), chunk(h.at(j, in), b), {}});
+    return m;
+  };
+  const BlockPipeline pipeline{
+      .blocks = blocks, .steps = (N - 1) + (L - 1), .network_steps = N - 1, .max_pieces = L > 1 ? N : 1, .step = steps};
+  run_block_pipeline(call, pipeline, DataType::u8, ReduceOp::sum, 0);
 }
 
 }  // namespace antdt::coll

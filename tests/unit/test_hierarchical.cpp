@@ -202,18 +202,13 @@ TEST_P(Hierarchical, AllreduceEveryDtypeOpCountAndPlacement) {
   }));
 }
 
-// The AllReduce's pipeline: with 4 KiB chunks a block is 4 KiB per local
-// slice and node, so these counts run dozens of blocks, more than the window
-// of blocks in flight, with a short last block, through every step kind.
-TEST_P(Hierarchical, AllreducePipelinesManyBlocksInEveryPlacement) {
+// The pipelines (collectives/block_pipeline.hpp): with 4 KiB chunks these
+// counts run many more blocks than the window of blocks in flight, with a
+// short last block, through every step kind of AllReduce, ReduceScatter and
+// AllGather.
+TEST_P(Hierarchical, PipelinesManyBlocksInEveryPlacement) {
   const int n = ranks();
-  expect_all_ok(run_on_nodes(layout(), kind(),
-                             [](int) {
-                               Config cfg = config_with(AllreduceAlgo::hierarchical);
-                               cfg.chunk_bytes = 4096;
-                               return cfg;
-                             },
-                             [&](Communicator& comm) {
+  expect_all_ok(run_on_nodes(layout(), kind(), AllreduceAlgo::hierarchical, [&](Communicator& comm) {
     for (DataType t : {DataType::f32, DataType::i64, DataType::f16}) {
       const std::size_t es = dtype_size(t);
       for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
@@ -228,7 +223,9 @@ TEST_P(Hierarchical, AllreducePipelinesManyBlocksInEveryPlacement) {
             if (!in_place && recv[count * es] != std::byte{0x5a}) throw std::runtime_error(what + ": wrote past the end");
           }
         }
+        for (bool in_place : {false, true}) check_reduce_scatter(comm, t, op, 9001, in_place);
       }
+      for (bool in_place : {false, true}) check_allgather(comm, t, 9001, in_place);
     }
   }));
 }
