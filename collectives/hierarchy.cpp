@@ -9,10 +9,6 @@
 namespace antdt::coll {
 namespace hierarchy_detail {
 
-std::size_t chunk_elems_of(const Call& call, std::size_t esize) {
-  return std::max<std::size_t>(1, call.config().chunk_bytes / esize);
-}
-std::size_t esize_of(DataType dtype) { return dtype_size(dtype); }
 std::size_t position_in(std::span<const int> ring, int rank) {
   const auto at = std::find(ring.begin(), ring.end(), rank);
   ANTDT_ASSERT(at != ring.end());

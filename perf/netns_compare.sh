@@ -101,12 +101,16 @@ awk "$(<"$here/median.awk")"'
   function ratio(a, b) { return b > 0 ? sprintf("%6.2f", a / b) : "   N/A" }
   FNR == 1 { tool = FILENAME; sub(/^.*\//, "", tool); sub(/\.[0-9]+$/, "", tool) }
   /^#/ || NF < 13 { next }
-  { if (!($1 in seen)) { seen[$1] = 1; order[++rows] = $1 }; bw[tool, $1] = bw[tool, $1] " " $8 }
+  { if (!($1 in seen)) { seen[$1] = 1; order[++rows] = $1 }; t[tool, $1] = t[tool, $1] " " $6; bw[tool, $1] = bw[tool, $1] " " $8 }
   END {
-    printf "# median busbw (GB/s), out of place\n# %10s  %8s  %8s  %8s  %9s  %9s\n", "size", "flat", "hier", "mpi",
-           "hier/flat", "hier/mpi"
+    # busbw is proportional to 1 / time at one size: ratios come from the times, whose
+    # precision the tools print in full (their busbw column has two decimals).
+    printf "# median time (us) and busbw (GB/s), out of place; the ratios (of busbw) are inverse ratios of the median times\n"
+    printf "# %10s  %10s  %10s  %10s  %7s  %7s  %7s  %9s  %9s\n", "size", "flat us", "hier us", "mpi us",
+           "flat", "hier", "mpi", "hier/flat", "hier/mpi"
     for (r = 1; r <= rows; r++) {
-      s = order[r]; f = median(bw["flat", s]); h = median(bw["hier", s]); m = median(bw["mpi", s])
-      printf "  %10s  %8.2f  %8.2f  %8.2f  %9s  %9s\n", s, f, h, m, ratio(h, f), ratio(h, m)
+      s = order[r]; f = median(t["flat", s]); h = median(t["hier", s]); m = median(t["mpi", s])
+      printf "  %10s  %10.0f  %10.0f  %10.0f  %7.2f  %7.2f  %7.2f  %9s  %9s\n", s, f, h, m, median(bw["flat", s]),
+             median(bw["hier", s]), median(bw["mpi", s]), ratio(f, h), ratio(m, h)
     }
   }' "$work"/flat.* "$work"/hier.* "$work"/mpi.*

@@ -16,6 +16,18 @@
 
 namespace antdt::test {
 
+// AllReduce of `count` elements (in place: into the send buffer).
+inline void check_allreduce(Communicator& comm, DataType t, ReduceOp op, std::size_t count, bool in_place) {
+  const std::size_t es = dtype_size(t);
+  std::vector<std::byte> send(count * es), recv(count * es + 1, std::byte{0x5a});
+  for (std::size_t i = 0; i < count; ++i) store(t, send.data(), i, input(t, op, comm.rank(), i));
+  std::byte* out = in_place ? send.data() : recv.data();
+  comm.allreduce(send.data(), out, count, t, op);
+  const std::string what = where("allreduce", t, op, count, in_place);
+  for (std::size_t i = 0; i < count; ++i) expect_element(what, i, load(t, out, i), expected(t, op, comm.size(), i), t, op);
+  if (!in_place && recv[count * es] != std::byte{0x5a}) throw std::runtime_error(what + ": wrote past the end");
+}
+
 // ReduceScatter of `count` elements per rank; element j of block b is element
 // b*count + j of the whole input.
 inline void check_reduce_scatter(Communicator& comm, DataType t, ReduceOp op, std::size_t count, bool in_place) {

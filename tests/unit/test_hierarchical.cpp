@@ -180,22 +180,12 @@ TEST_P(Hierarchical, BroadcastFromEveryRootEveryDtypeCountAndPlacement) {
 }
 
 TEST_P(Hierarchical, AllreduceEveryDtypeOpCountAndPlacement) {
-  const int n = ranks();
   expect_all_ok(run_on_nodes(layout(), kind(), AllreduceAlgo::hierarchical, [&](Communicator& comm) {
     for (DataType t : kAllTypes) {
-      const std::size_t es = dtype_size(t);
       for (ReduceOp op : kAllOps) {
         // Slices of several chunks at 1003 elements of 8 bytes; counts below the rank count.
         for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{1003}}) {
-          for (bool in_place : {false, true}) {
-            std::vector<std::byte> send(count * es), recv(count * es + 1, std::byte{0x5a});
-            for (std::size_t i = 0; i < count; ++i) store(t, send.data(), i, input(t, op, comm.rank(), i));
-            std::byte* out = in_place ? send.data() : recv.data();
-            comm.allreduce(send.data(), out, count, t, op);
-            const std::string what = where("allreduce", t, op, count, in_place);
-            for (std::size_t i = 0; i < count; ++i) expect_element(what, i, load(t, out, i), expected(t, op, n, i), t, op);
-            if (!in_place && recv[count * es] != std::byte{0x5a}) throw std::runtime_error(what + ": wrote past the end");
-          }
+          for (bool in_place : {false, true}) check_allreduce(comm, t, op, count, in_place);
         }
       }
     }
@@ -207,21 +197,11 @@ TEST_P(Hierarchical, AllreduceEveryDtypeOpCountAndPlacement) {
 // short last block, through every step kind of AllReduce, ReduceScatter and
 // AllGather.
 TEST_P(Hierarchical, PipelinesManyBlocksInEveryPlacement) {
-  const int n = ranks();
   expect_all_ok(run_on_nodes(layout(), kind(), AllreduceAlgo::hierarchical, [&](Communicator& comm) {
     for (DataType t : {DataType::f32, DataType::i64, DataType::f16}) {
-      const std::size_t es = dtype_size(t);
       for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
         for (std::size_t count : {std::size_t{20011}, std::size_t{65536}}) {
-          for (bool in_place : {false, true}) {
-            std::vector<std::byte> send(count * es), recv(count * es + 1, std::byte{0x5a});
-            for (std::size_t i = 0; i < count; ++i) store(t, send.data(), i, input(t, op, comm.rank(), i));
-            std::byte* out = in_place ? send.data() : recv.data();
-            comm.allreduce(send.data(), out, count, t, op);
-            const std::string what = where("pipelined allreduce", t, op, count, in_place);
-            for (std::size_t i = 0; i < count; ++i) expect_element(what, i, load(t, out, i), expected(t, op, n, i), t, op);
-            if (!in_place && recv[count * es] != std::byte{0x5a}) throw std::runtime_error(what + ": wrote past the end");
-          }
+          for (bool in_place : {false, true}) check_allreduce(comm, t, op, count, in_place);
         }
         for (bool in_place : {false, true}) check_reduce_scatter(comm, t, op, 9001, in_place);
       }
