@@ -4,9 +4,9 @@
 # and interleaved: antdt's flat algorithm (ANTDT_ALGO=ring: the ring, or for
 # Broadcast the chain), antdt's hierarchical one (ANTDT_ALGO=hierarchical) and
 # Open MPI over TCP (btl tcp,self, launched into the namespaces by mpirun
-# through an rsh agent that enters them). Prints the median busbw per size and
-# the ratios hierarchical / flat and hierarchical / Open MPI. The machine is
-# shared: the figures are provisional.
+# through an rsh agent that enters them). Prints the median time and busbw per
+# size and the ratios hierarchical / flat and hierarchical / Open MPI (of busbw,
+# taken from the median times: the tools print busbw with two decimals).
 #
 # usage: perf/netns_compare.sh [-n NODES] [-p RANKS_PER_NODE] [-r LAUNCHES] [--rate RATE] [--bin DIR]
 #                              [--collective NAME] [-- perf options]
