@@ -58,8 +58,7 @@ void allgather_hierarchical(Call& call, const std::byte* send, std::byte* recv, 
   };
   const std::vector<int> cross = h.cross();
   const std::vector<int>& local = h.local();
-  auto steps = [&](std::size_t b, std::size_t step, std::span<std::byte>) {
-    PipelineStep m;
+  auto steps = [&](std::size_t b, std::size_t step, std::span<std::byte>, PipelineStep& m) {
     if (step + 1 < N) {
       // Inter-node: unit j = the block of node j's rank at this position;
       // send unit q-t, receive unit q-t-1.
@@ -67,7 +66,7 @@ void allgather_hierarchical(Call& call, const std::byte* send, std::byte* recv, 
       m.right = cross[(q + 1) % N];
       m.left = cross[(q + N - 1) % N];
       m.pieces.push_back({chunk(cross[out], b), chunk(cross[in], b), {}});
-      return m;
+      return;
     }
     // Intra-node: unit u = the blocks of the ranks at position u, one per
     // node; send unit p-s, receive unit p-s-1.
@@ -75,7 +74,6 @@ void allgather_hierarchical(Call& call, const std::byte* send, std::byte* recv, 
     m.right = local[(p + 1) % L];
     m.left = local[(p + L - 1) % L];
     for (std::size_t j = 0; j < N; ++j) m.pieces.push_back({chunk(h.at(j, out), b), chunk(h.at(j, in), b), {}});
-    return m;
   };
   const BlockPipeline pipeline{
       .blocks = blocks, .steps = (N - 1) + (L - 1), .network_steps = N - 1, .max_pieces = L > 1 ? N : 1, .step = steps};

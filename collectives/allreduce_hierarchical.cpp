@@ -19,9 +19,9 @@
 //
 // The three stages run pipelined over blocks (collectives/block_pipeline.hpp):
 // run one after the other, they leave the network idle while the node reduces
-// and copies (A and C of a 64 MiB vector cost 40-100 ms here, a sixth of its
-// transfer over a 1 Gbit/s link); with blocks in flight, the node's steps of
-// one block run under another block's network steps.
+// and copies (A and C of a 64 MiB vector took 27-242 ms in all here, beside
+// 500-590 ms of network stage over 1 Gbit/s links); with blocks in flight, the
+// node's steps of one block run under another block's network steps.
 //
 // A block is sized so that each inter-node message is one ANTDT_CHUNK_BYTES
 // chunk, the flat ring's message unit. One rank per node (L = 1) or one node
@@ -75,12 +75,11 @@ class AllreduceSteps {
   // What a reducing step receives at most: the largest slice of the largest block.
   std::size_t slot_bytes() const { return Split{L_, blocks_.elems(0)}.elems(0) * esize_; }
 
-  PipelineStep operator()(std::size_t block, std::size_t step, std::span<std::byte> /*work*/) const {
+  void operator()(std::size_t block, std::size_t step, std::span<std::byte> /*work*/, PipelineStep& m) const {
     const std::size_t first = blocks_.begin(block);
     const Split slices{L_, blocks_.elems(block)};
     auto slice = [&](std::byte* base, std::size_t s) { return at(base, first + slices.begin(s), slices.elems(s)); };
     auto input = [&](std::size_t s) { return at(send_, first + slices.begin(s), slices.elems(s)); };
-    PipelineStep m;
     if (step < L_ - 1) {
       // A: send slice p-s-1 (the input at s = 0, then what step s-1 reduced),
       // receive slice p-s-2 and reduce it with this rank's input.
@@ -89,7 +88,7 @@ class AllreduceSteps {
       m.left = local_left_;
       m.reduces = true;
       m.pieces.push_back({s == 0 ? input(out) : slice(recv_, out), slice(recv_, in), input(in)});
-      return m;
+      return;
     }
     const std::size_t cross_steps = 2 * (N_ - 1);
     if (step < L_ - 1 + cross_steps) {
@@ -106,7 +105,7 @@ class AllreduceSteps {
       m.reduces = j + 1 < N_;
       m.owns_result = j + 2 == N_;
       m.pieces.push_back({segment(out), segment(in), segment(in)});
-      return m;
+      return;
     }
     // C: send slice p-s, receive slice p-s-1.
     const std::size_t s = step - (L_ - 1) - cross_steps;
@@ -114,7 +113,6 @@ class AllreduceSteps {
     m.right = local_right_;
     m.left = local_left_;
     m.pieces.push_back({slice(recv_, out), slice(recv_, in), {}});
-    return m;
   }
 
  private:

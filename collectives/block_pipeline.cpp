@@ -28,7 +28,8 @@ class Scheduler {
         avg_ranks_(avg_ranks),
         window_(pipeline_window(pipeline)),
         per_block_(pipeline.slot_bytes + pipeline.work_bytes),
-        scratch_(memory_.scratch(call, std::max<std::size_t>(1, window_ * per_block_))) {}
+        scratch_(memory_.scratch(call, std::max<std::size_t>(1, window_ * per_block_))),
+        steps_(window_) {}
 
   void run() {
     std::deque<std::pair<std::size_t, std::size_t>> in_flight;  // (block, step), oldest first
@@ -41,7 +42,7 @@ class Scheduler {
     while (!in_flight.empty()) {
       const auto [block, step] = in_flight.front();
       in_flight.pop_front();
-      finish(block, step);
+      finish(block);
       if (step + 1 < pipeline_.steps) {
         post(block, step + 1);
         in_flight.emplace_back(block, step + 1);
@@ -56,12 +57,15 @@ class Scheduler {
   std::size_t first_index(std::size_t block) const { return 2 * pipeline_.max_pieces * (block % window_); }
   // A block's scratch: its receive slot, then its work area.
   std::byte* slot(std::size_t block) const { return scratch_.data() + (block % window_) * per_block_; }
-  PipelineStep step_of(std::size_t block, std::size_t step) const {
-    return pipeline_.step(block, step, std::span(slot(block) + pipeline_.slot_bytes, pipeline_.work_bytes));
-  }
+  // The step a block has outstanding, described when it was posted.
+  PipelineStep& outstanding(std::size_t block) { return steps_[block % window_]; }
 
   void post(std::size_t block, std::size_t step) {
-    const PipelineStep s = step_of(block, step);
+    PipelineStep& s = outstanding(block);
+    s.pieces.clear();  // keeps its capacity: no allocation per step once the window is warm
+    s.right = s.left = -1;
+    s.reduces = s.owns_result = false;
+    pipeline_.step(block, step, std::span(slot(block) + pipeline_.slot_bytes, pipeline_.work_bytes), s);
     ANTDT_ASSERT(s.pieces.size() <= pipeline_.max_pieces);
     std::size_t index = first_index(block), offset = 0;
     for (const PipelinePiece& piece : s.pieces) {
@@ -76,8 +80,8 @@ class Scheduler {
     }
   }
 
-  void finish(std::size_t block, std::size_t step) {
-    const PipelineStep s = step_of(block, step);
+  void finish(std::size_t block) {
+    const PipelineStep& s = outstanding(block);
     const std::size_t first = first_index(block);
     for (std::size_t i = 0; i < 2 * s.pieces.size(); ++i) call_.wait(first + i);
     if (!s.reduces) return;
@@ -99,6 +103,7 @@ class Scheduler {
   std::size_t window_;
   std::size_t per_block_;
   std::span<std::byte> scratch_;
+  std::vector<PipelineStep> steps_;  // per window slot
 };
 
 }  // namespace

@@ -62,9 +62,11 @@ struct BlockPipeline {
   std::size_t max_pieces = 1;  // pieces of the widest step
   std::size_t slot_bytes = 0;  // received bytes of the widest reducing step
   std::size_t work_bytes = 0;  // scratch a block may keep between its steps (partial sums)
-  // Step `step` of block `block`; `work` is the block's work_bytes of scratch,
-  // its own while the block is in flight.
-  std::function<PipelineStep(std::size_t block, std::size_t step, std::span<std::byte> work)> step;
+  // Describes step `step` of block `block` into `out`, which arrives empty
+  // (no pieces, no flags); `work` is the block's work_bytes of scratch, its own
+  // while the block is in flight. Called once per step: the scheduler keeps
+  // the description until the step is finished, and reuses its storage.
+  std::function<void(std::size_t block, std::size_t step, std::span<std::byte> work, PipelineStep& out)> step;
 };
 
 // Blocks in flight: enough that 1.5 network steps are queued on average

@@ -67,8 +67,7 @@ void reduce_scatter_hierarchical(Call& call, const std::byte* send, std::byte* r
   const std::size_t share = L > 1 ? (L - 2) % 2 : 0;  // the half the last intra-node step fills
   const std::vector<int> cross = h.cross();
   const std::vector<int>& local = h.local();
-  auto steps = [&](std::size_t b, std::size_t step, std::span<std::byte> work) {
-    PipelineStep m;
+  auto steps = [&](std::size_t b, std::size_t step, std::span<std::byte> work, PipelineStep& m) {
     m.reduces = true;
     if (step + 1 < L) {
       // Intra-node: unit u = the chunks of the ranks at position u, one per
@@ -83,7 +82,7 @@ void reduce_scatter_hierarchical(Call& call, const std::byte* send, std::byte* r
         const std::span<std::byte> into = N == 1 && s + 2 == L ? output(b) : partial(work, s % 2, j, b);
         m.pieces.push_back({sent, into, input(h.at(j, in), b)});
       }
-      return m;
+      return;
     }
     // Inter-node over this position's ring: unit j = node j's chunk of the
     // share. Send unit q-t-1 (at t = 0 the share, or the input with one rank
@@ -98,7 +97,6 @@ void reduce_scatter_hierarchical(Call& call, const std::byte* send, std::byte* r
     const std::span<const std::byte> sent = t == 0 ? unit(out) : partial(work, share, out, b);
     const std::span<std::byte> into = t + 2 == N ? output(b) : partial(work, share, in, b);
     m.pieces.push_back({sent, into, unit(in)});
-    return m;
   };
   if (N == 1 && L == 1) {  // one rank
     memory.copy(recv, send, block);
