@@ -77,8 +77,11 @@ struct LoopOutcome {
   int calls = 0;
 };
 
+// weighted: each rank weighs its contributions rank + 1 and the op is avg, so
+// the steps take the weighted path (sum(w_i g_i) / sum(w_i)); each applied
+// result times its total weight then holds w_r where rank r's one-hot is.
 void straggler_loop(Communicator& comm, LatePolicy policy, int steps, int max_calls, int slow, int factor,
-                    LoopOutcome& mine) {
+                    LoopOutcome& mine, bool weighted = false) {
   const int n = comm.size();
   const std::size_t count = static_cast<std::size_t>(n * max_calls);
   std::vector<float> grad(count), result(count);
@@ -88,8 +91,9 @@ void straggler_loop(Communicator& comm, LatePolicy policy, int steps, int max_ca
     if (mine.calls >= max_calls) throw std::runtime_error("too many calls");
     std::fill(grad.begin(), grad.end(), 0.0f);
     grad[static_cast<std::size_t>(comm.rank() * max_calls + mine.calls)] = 1.0f;
-    auto r = comm.partial_allreduce(grad.data(), result.data(), count, DataType::f32, ReduceOp::sum,
-                                    PartialOptions{policy, 1.0, 1, 1});
+    auto r = comm.partial_allreduce(grad.data(), result.data(), count, DataType::f32,
+                                    weighted ? ReduceOp::avg : ReduceOp::sum,
+                                    PartialOptions{policy, weighted ? comm.rank() + 1.0 : 1.0, 1, 1});
     mine.fate_of_call.push_back(static_cast<int>(r.fate));
     mine.contribution_step.push_back(r.contribution_step);
     ++mine.calls;
@@ -97,8 +101,8 @@ void straggler_loop(Communicator& comm, LatePolicy policy, int steps, int max_ca
     mine.applied.push_back(result);
     mine.info.emplace_back(r.participants, r.total_weight);
     while (r.steps_behind > 0) {  // catch up without computing
-      r = comm.partial_allreduce(nullptr, result.data(), count, DataType::f32, ReduceOp::sum,
-                                 PartialOptions{policy, 0.0, 1, 0});
+      r = comm.partial_allreduce(nullptr, result.data(), count, DataType::f32,
+                                 weighted ? ReduceOp::avg : ReduceOp::sum, PartialOptions{policy, 0.0, 1, 0});
       if (r.fate != Fate::none) throw std::runtime_error("weight-0 call reported a contribution");
       mine.applied.push_back(result);
       mine.info.emplace_back(r.participants, r.total_weight);
@@ -107,36 +111,56 @@ void straggler_loop(Communicator& comm, LatePolicy policy, int steps, int max_ca
   }
   auto f = comm.partial_finish();
   while (f.steps_behind > 0) {
-    auto r = comm.partial_allreduce(nullptr, result.data(), count, DataType::f32, ReduceOp::sum,
-                                    PartialOptions{policy, 0.0, 1, 0});
+    auto r = comm.partial_allreduce(nullptr, result.data(), count, DataType::f32,
+                                    weighted ? ReduceOp::avg : ReduceOp::sum, PartialOptions{policy, 0.0, 1, 0});
     mine.applied.push_back(result);
     mine.info.emplace_back(r.participants, r.total_weight);
     f.steps_behind = r.steps_behind;
   }
 }
 
-void check_invariants(const std::vector<LoopOutcome>& all, int n, int max_calls, bool expect_late) {
+void check_invariants(const std::vector<LoopOutcome>& all, int n, int max_calls, bool expect_late,
+                      bool weighted = false) {
   // 1. Consistency: every rank applied the same sequence of results, bit for bit.
   for (int r = 1; r < n; ++r) {
     ASSERT_EQ(all[r].applied.size(), all[0].applied.size()) << "rank " << r << " applied a different number of results";
     for (std::size_t s = 0; s < all[0].applied.size(); ++s)
       ASSERT_EQ(hash_of(all[r].applied[s]), hash_of(all[0].applied[s])) << "rank " << r << " step " << s + 1;
   }
+  // Each result as counts of the one-hot contributions it holds: itself, or
+  // (weighted) each entry times the result's total weight over its rank's
+  // weight, which must be a whole number up to rounding.
+  std::vector<std::vector<double>> counts;
+  for (std::size_t s = 0; s < all[0].applied.size(); ++s) {
+    std::vector<double> c(all[0].applied[s].begin(), all[0].applied[s].end());
+    if (weighted) {
+      ASSERT_EQ(all[0].info.size(), all[0].applied.size());
+      for (std::size_t i = 0; i < c.size(); ++i) {
+        const double exact = c[i] * all[0].info[s].second / static_cast<double>(i / max_calls + 1);
+        ASSERT_NEAR(exact, std::round(exact), 1e-4) << "step " << s + 1 << " entry " << i << ": not a whole weight";
+        c[i] = std::round(exact);
+      }
+    }
+    counts.push_back(std::move(c));
+  }
   // Every rank was told the same participant count and total weight for each
   // result — late ranks too, for the results they fetched — and they match the
-  // result itself (each contribution is a single 1 with weight 1).
+  // result itself (each contribution a single 1 of weight 1, or rank + 1).
   for (int r = 0; r < n; ++r) {
     ASSERT_EQ(all[r].info.size(), all[r].applied.size());
     for (std::size_t s = 0; s < all[r].applied.size(); ++s) {
-      double ones = 0;
-      for (float v : all[0].applied[s]) ones += v;
+      double ones = 0, weight = 0;
+      for (std::size_t i = 0; i < counts[s].size(); ++i) {
+        ones += counts[s][i];
+        weight += counts[s][i] * (weighted ? static_cast<double>(i / max_calls + 1) : 1.0);
+      }
       EXPECT_EQ(all[r].info[s].first, static_cast<int>(ones)) << "rank " << r << " step " << s + 1 << " participants";
-      EXPECT_EQ(all[r].info[s].second, ones) << "rank " << r << " step " << s + 1 << " total weight";
+      EXPECT_EQ(all[r].info[s].second, weight) << "rank " << r << " step " << s + 1 << " total weight";
     }
   }
   // 2. Accounting: each contribution is in exactly one result, or reported dropped.
   std::vector<double> total(static_cast<std::size_t>(n * max_calls), 0.0);
-  for (const auto& res : all[0].applied)
+  for (const auto& res : counts)
     for (std::size_t i = 0; i < total.size(); ++i) total[i] += res[i];
   int late = 0;
   for (int r = 0; r < n; ++r) {
@@ -154,7 +178,7 @@ void check_invariants(const std::vector<LoopOutcome>& all, int n, int max_calls,
         auto step = all[r].contribution_step[static_cast<std::size_t>(c)];
         ASSERT_GE(step, 1u);
         ASSERT_LE(step, all[0].applied.size());
-        EXPECT_EQ(all[0].applied[step - 1][static_cast<std::size_t>(r * max_calls + c)], 1.0f);
+        EXPECT_EQ(counts[step - 1][static_cast<std::size_t>(r * max_calls + c)], 1.0);
       }
     }
   }
@@ -186,6 +210,20 @@ TEST_P(Partial, DeferAddsLateContributionsToALaterStep) {
   }, cfg);
   expect_all_ok(outcomes);
   check_invariants(all, n, max_calls, true);
+}
+
+// The weighted path (avg over unequal weights: sum(w_i g_i) / sum(w_i), the
+// ring) with a slow rank under defer: replicas bit-identical, every
+// contribution in exactly one result with its weight, and each result's
+// participants and total weight what it holds.
+TEST_P(Partial, WeightedDeferIncludesEveryContributionOnceWithItsWeight) {
+  const int n = 4, steps = 24, max_calls = 64;
+  std::vector<LoopOutcome> all(n);
+  auto outcomes = run_ranks(n, GetParam(), [&](Communicator& comm) {
+    straggler_loop(comm, LatePolicy::defer, steps, max_calls, 2, 3, all[static_cast<std::size_t>(comm.rank())], true);
+  }, partial_config());
+  expect_all_ok(outcomes);
+  check_invariants(all, n, max_calls, true, true);
 }
 
 // A step in which every rank calls with weight 0 (no data, e.g. at the end of
