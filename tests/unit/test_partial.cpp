@@ -383,12 +383,18 @@ coll::partial::Arrival arrival_of(int rank, std::uint64_t step, LatePolicy polic
   return a;
 }
 
+// `ranks` ranks, a grace of `grace_s`, no warm-up.
+coll::partial::ArbiterConfig no_warmup_config(int ranks, double grace_s) {
+  coll::partial::ArbiterConfig cfg;
+  cfg.ranks = ranks;
+  cfg.grace_s = grace_s;
+  cfg.warmup_steps = 0;
+  return cfg;
+}
+
 // Three ranks, a 1 ms grace, no warm-up, 8 results kept (the defer tests below).
 coll::partial::ArbiterConfig three_ranks_config() {
-  coll::partial::ArbiterConfig cfg;
-  cfg.ranks = 3;
-  cfg.grace_s = 0.001;
-  cfg.warmup_steps = 0;
+  coll::partial::ArbiterConfig cfg = no_warmup_config(3, 0.001);
   cfg.result_cache = 8;
   return cfg;
 }
@@ -403,11 +409,7 @@ coll::partial::Arrival deferred_arrival(int rank, std::uint64_t step, double wei
 
 // The arbiter's decisions alone, on a fake clock.
 TEST(ArbiterTest, ClosesAtQuorumPlusGraceAndNotBefore) {
-  coll::partial::ArbiterConfig cfg;
-  cfg.ranks = 4;
-  cfg.grace_s = 0.010;
-  cfg.warmup_steps = 0;
-  coll::partial::Arbiter arb(cfg);
+  coll::partial::Arbiter arb(no_warmup_config(4, 0.010));
   std::vector<coll::partial::Arbiter::Out> out;
   auto t0 = coll::partial::Clock::now();
   auto arrive = [&](int r, std::uint64_t step, coll::partial::Clock::time_point t) {
@@ -442,11 +444,7 @@ TEST(ArbiterTest, ClosesAtQuorumPlusGraceAndNotBefore) {
 // calls a straggler while another on-time rank can serve: a rank whose CPU
 // comes in bursts would stall the ranks it serves.
 TEST(ArbiterTest, StragglersDoNotServe) {
-  coll::partial::ArbiterConfig cfg;
-  cfg.ranks = 4;
-  cfg.grace_s = 0.001;
-  cfg.warmup_steps = 0;
-  coll::partial::Arbiter arb(cfg);
+  coll::partial::Arbiter arb(no_warmup_config(4, 0.001));
   std::vector<coll::partial::Arbiter::Out> out;
   const auto t0 = coll::partial::Clock::now();
   std::set<int> servers_late;
