@@ -514,15 +514,7 @@ void Arbiter::close_step(std::vector<Out>& out) {
   auto may_serve = [&](const RankState& s) {
     return empty ? s.role == Role::catch_up && s.based_on == open_step_ : s.role == Role::on_time;
   };
-  // A rank the Monitor calls a straggler serves only when no other rank can:
-  // the late ranks wait for their server's sends, and a straggler's CPU may
-  // be what is slow (a rank throttled in bursts stalled the ranks it served
-  // for most of a CFS period; docs/torch.md).
-  auto straggling = [&](int r) {
-    const auto c = monitor_.classify(r);
-    return c == StragglerClass::deterministic || c == StragglerClass::persistent || c == StragglerClass::transient;
-  };
-  int servers = 0, steady_servers = 0;
+  int servers = 0;
   for (int r = 0; r < cfg_.ranks; ++r) {
     const auto& s = ranks_[static_cast<std::size_t>(r)];
     if (s.role == Role::on_time || s.role == Role::deferred) d.contributors.push_back({r, s.weight, s.based_on});
@@ -532,15 +524,12 @@ void Arbiter::close_step(std::vector<Out>& out) {
       d.catchups.push_back({r, s.based_on, s.included_at});
     }
     servers += may_serve(s) ? 1 : 0;
-    steady_servers += may_serve(s) && !straggling(r) ? 1 : 0;
   }
   ANTDT_ASSERT(servers > 0);
-  // Serving late ranks costs the server time: rotate it over the on-time
-  // ranks that are not stragglers (over all on-time ranks if every one is).
-  const bool steady_only = steady_servers > 0;
-  int pick = static_cast<int>(open_step_ % static_cast<std::uint64_t>(steady_only ? steady_servers : servers));
+  // Serving late ranks costs the server time: rotate it over the on-time ranks.
+  int pick = static_cast<int>(open_step_ % static_cast<std::uint64_t>(servers));
   for (int r = 0; r < cfg_.ranks && d.server < 0; ++r)
-    if (may_serve(ranks_[static_cast<std::size_t>(r)]) && (!steady_only || !straggling(r)) && pick-- == 0) d.server = r;
+    if (may_serve(ranks_[static_cast<std::size_t>(r)]) && pick-- == 0) d.server = r;
   // Stale-synchronous: contributors add the deposits they hold (a present rank
   // that does not contribute drops its own), present ranks receive what was
   // pushed ahead to them, and absent ranks get this result pushed ahead.

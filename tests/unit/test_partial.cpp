@@ -440,37 +440,6 @@ TEST(ArbiterTest, ClosesAtQuorumPlusGraceAndNotBefore) {
   EXPECT_EQ(d2.catchups[0].from_step, 1u);
 }
 
-// The server (whose sends the late ranks wait for) is not a rank the Monitor
-// calls a straggler while another on-time rank can serve: a rank whose CPU
-// comes in bursts would stall the ranks it serves.
-TEST(ArbiterTest, StragglersDoNotServe) {
-  coll::partial::Arbiter arb(no_warmup_config(4, 0.001));
-  std::vector<coll::partial::Arbiter::Out> out;
-  const auto t0 = coll::partial::Clock::now();
-  std::set<int> servers_late;
-  bool classed = false;
-  for (std::uint64_t step = 1; step <= 40; ++step) {
-    for (int r = 0; r < 4; ++r) {
-      coll::partial::Arrival a = arrival_of(r, step, LatePolicy::defer);
-      a.staleness = 2;
-      a.compute_s = r == 2 ? 0.060 : 0.020;  // rank 2 computes 3x longer per step (a smaller batch would say so too)
-      arb.on_arrival(a, t0 + std::chrono::milliseconds(70 * step), out);
-    }
-    ASSERT_EQ(out.size(), 4u) << "step " << step << ": every rank on time, the step closes at once";
-    const auto& d = std::get<coll::partial::Decision>(out[0].message);
-    const auto c = d.classes.at(2);
-    const bool straggler = c == StragglerClass::deterministic || c == StragglerClass::persistent;
-    if (classed) {
-      EXPECT_NE(d.server, 2) << "step " << step << ": rank 2 (" << straggler_class_name(c) << ") serves";
-      servers_late.insert(d.server);
-    }
-    classed = classed || straggler;
-    out.clear();
-  }
-  ASSERT_TRUE(classed) << "the Monitor never called rank 2 a straggler: the test did not exercise the rule";
-  EXPECT_EQ(servers_late, (std::set<int>{0, 1, 3})) << "the other on-time ranks take turns";
-}
-
 // With defer and no grace set, a step waits for a missing rank about what
 // deferring it costs: two of the ranks' typical transfers (the missed result's
 // push, and the weighted ring of the step that carries the late contribution).
