@@ -14,6 +14,8 @@
 #
 #   tools/fashion_mnist_demo.sh [--epochs E] [--full] [--runs "gloo-ddp antdt-dd ..."]
 #                               [--repeat N] [--target ACC] [--out DIR] [--build DIR]
+#                               [--dd-config JSON]
+# --dd-config: antdt-dd's ANTDT_POLICY_CONFIG (default {"micro_batch_cap":32}).
 # --full: 4 epochs instead of 1 (about 4x longer). The quota is always removed on exit.
 set -euo pipefail
 
@@ -24,6 +26,7 @@ runs="gloo-ddp antdt-bsp antdt-dd antdt-nd no-straggler"
 repeat=1
 target=0.80
 out=""
+dd_config='{"micro_batch_cap":32}'
 ranks=4
 slow_rank=2
 while (($#)); do
@@ -35,6 +38,7 @@ while (($#)); do
     --target) target="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --build) build="$2"; shift 2 ;;
+    --dd-config) dd_config="$2"; shift 2 ;;
     *) echo "fashion_mnist_demo.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -83,7 +87,7 @@ for ((i = 1; i <= repeat; i++)); do
     case "$run" in
       gloo-ddp) mode=ddp ;;
       antdt-bsp) ;;
-      antdt-dd) policy=antdt-dd config='{"micro_batch_cap":32}' ;;
+      antdt-dd) policy=antdt-dd config="$dd_config" ;;
       antdt-nd) policy=antdt-nd ;;
       no-straggler) slow=() ;;
       *) echo "fashion_mnist_demo.sh: unknown run '$run'" >&2; exit 2 ;;
