@@ -18,6 +18,12 @@ namespace {
 // rank that never asks again must not make the history grow without bound).
 constexpr std::size_t kMaxHistory = 4096;
 
+// Weight of a step one step older in the sustained speed: a memory of about
+// 64 steps, the Monitor's window. A rank under a CPU quota stalls once per
+// period, every few steps; over 64 of them its stalls average out, where an
+// EWMA of weight 0.3 swings by a third with each one (docs/scheduler.md).
+constexpr double kSustainedDecay = 1.0 - 1.0 / 64;
+
 std::uint64_t json_count(const nlohmann::json& object, const char* key, std::uint64_t fallback) {
   const auto it = object.find(key);
   if (it == object.end()) return fallback;
@@ -72,6 +78,7 @@ class Controller::View final : public MonitorView {
     s.slowness = c_.monitor_.slowness(r);
     s.compute_ewma_s = t.compute_ewma;
     s.samples_per_s = t.per_sample_ewma > 0 ? 1.0 / t.per_sample_ewma : 0.0;
+    s.sustained_samples_per_s = t.compute_decayed > 0 ? t.samples_decayed / t.compute_decayed : 0.0;
     s.steps = t.steps;
     return s;
   }
@@ -194,6 +201,8 @@ std::optional<Decision> Controller::on_step(std::uint64_t step, std::span<const 
       t.compute_ewma = alpha * rec.compute_s + (1 - alpha) * t.compute_ewma;
       t.per_sample_ewma = alpha * per_sample + (1 - alpha) * t.per_sample_ewma;
     }
+    t.samples_decayed = kSustainedDecay * t.samples_decayed + static_cast<double>(rec.samples);
+    t.compute_decayed = kSustainedDecay * t.compute_decayed + rec.compute_s;
     ++t.steps;
   }
 

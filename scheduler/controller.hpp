@@ -139,6 +139,9 @@ class Controller {
   struct Throughput {
     double compute_ewma = 0;
     double per_sample_ewma = 0;
+    // Samples and compute seconds, each step's weighted by kSustainedDecay^age
+    // (RankStats::sustained_samples_per_s is their ratio).
+    double samples_decayed = 0, compute_decayed = 0;
     std::uint64_t steps = 0;
   };
   struct PlanSet {

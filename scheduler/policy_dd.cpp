@@ -1,13 +1,15 @@
 // "antdt-dd" (dedicated clusters, docs/scheduler.md): local batches in
 // proportion to each rank's measured speed, Σ b_i = B exactly, gradient
 // accumulation above the micro-batch cap, hysteresis, and `defer` while a
-// rank has transient spikes or computes in bursts.
+// rank has transient spikes or computes in bursts (whose speed is then its
+// sustained one).
 #include "scheduler/policy_config.hpp"
 
 #include "core/error.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 namespace antdt::sched {
 namespace {
@@ -41,7 +43,12 @@ class DdPolicy final : public Policy {
     if (trusted_.size() != n) trusted_.assign(n, 0.0);
 
     // Speeds: samples per second of compute. A transient rank's current figure
-    // is a spike that will pass, so it keeps the speed it had before.
+    // is a spike that will pass, so it keeps the speed it had before. A bursty
+    // rank's is its sustained speed: its EWMA swings with every stall, and a
+    // split taken at a high point overloads it (more stalls, a low figure,
+    // a small batch, then a high figure again: its batch swung between 6 and
+    // 27 of 128 on Fashion-MNIST, docs/torch.md).
+    if (last_bursty_.size() != n) last_bursty_.assign(n, std::nullopt);
     speeds_.assign(n, 0.0);
     bool any_transient = false, any_bursty = false;
     // detail() costs O(Monitor window) a rank, so only ranks the Monitor calls
@@ -53,11 +60,16 @@ class DdPolicy final : public Policy {
       const RankStats st = monitor.rank(static_cast<int>(i));
       const bool transient = st.cls == StragglerClass::transient;
       any_transient = any_transient || transient;
-      if (look_for_bursts && !any_bursty &&
-          (st.cls == StragglerClass::deterministic || st.cls == StragglerClass::persistent)) {
-        any_bursty = monitor.detail(static_cast<int>(i)).jitter > options_.jitter;
+      const bool slow = st.cls == StragglerClass::deterministic || st.cls == StragglerClass::persistent;
+      if (look_for_bursts && slow && monitor.detail(static_cast<int>(i)).jitter > options_.jitter) {
+        any_bursty = true;
+        last_bursty_[i] = ctx.step;
       }
-      if (!transient && st.samples_per_s > 0) trusted_[i] = st.samples_per_s;
+      // Bursty until `interval` steps after the last look that found it so:
+      // one look may fall between its stalls.
+      const bool bursty = last_bursty_[i] && ctx.step < *last_bursty_[i] + options_.interval;
+      const double measured = bursty && st.sustained_samples_per_s > 0 ? st.sustained_samples_per_s : st.samples_per_s;
+      if (!transient && measured > 0) trusted_[i] = measured;
       speeds_[i] = trusted_[i];
       if (speeds_[i] > 0) ++known;
     }
@@ -122,6 +134,7 @@ class DdPolicy final : public Policy {
  private:
   DdOptions options_;
   std::vector<double> trusted_;   // per rank: last speed measured while not transient
+  std::vector<std::optional<std::uint64_t>> last_bursty_;  // per rank: last step a look found it bursty
   std::vector<double> speeds_, scratch_;
   std::optional<std::uint64_t> changed_at_;
   std::uint64_t last_transient_ = 0;

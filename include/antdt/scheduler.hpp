@@ -50,6 +50,9 @@ struct RankStats {
   double jitter = 0;               // p90 ÷ median of compute per sample, last 16 steps: 1 steady, 3 a rank
                                    // stalled in bursts (detail only; 0 before enough steps)
   double samples_per_s = 0;        // standalone speed: samples per second of compute (EWMA); 0 before data
+  double sustained_samples_per_s = 0;  // samples ÷ seconds of compute, both summed over about the last 64
+                                       // steps (exponentially weighted): the rate a rank keeps up across its
+                                       // stalls, where the EWMA follows each one; 0 before data
   std::uint64_t steps = 0;         // steps with a compute record
 };
 

@@ -334,6 +334,33 @@ TEST(Controller, DdDefersWhileARankComputesInBurstsButNotForASteadySlowRank) {
   EXPECT_EQ(calm.first_defer, 0u) << "a steady slow rank is rebalanced, never deferred";
 }
 
+// The same bursty rank (6x every 4th step, 2x otherwise: 3x on average) under
+// a split every 10 steps. Its EWMA per sample swings between about 2.5x and
+// 3.6x with its stalls, so a split taken from it gave the rank 34 to 46 of 400
+// samples depending on where in its cycle the decision fell. Its sustained
+// speed (samples over compute, summed over about 64 steps) is 1/3 within a
+// few percent wherever the decision falls: 400 / 3.33 = 40 samples, held.
+TEST(Controller, DdSplitsABurstyRankByItsSustainedSpeed) {
+  const auto bursty = [](int r, std::uint64_t s) { return r == 2 ? (s % 4 == 0 ? 6.0 : 2.0) : 1.0; };
+  Job job(4, 400, "antdt-dd", R"({"warmup": 5, "interval": 10})");
+  std::vector<std::uint64_t> batches_after_settling;  // rank 2's new batches from step 100 on
+  std::uint64_t previous = job.controller->latest_plans()[2].local_batch;
+  for (int s = 0; s < 400; ++s) {
+    if (auto d = job.run_step(bursty)) {
+      EXPECT_EQ(sum_batches(d->plans), 400u);
+      const std::uint64_t b = d->plans[2].local_batch;
+      if (s >= 100 && b != previous) batches_after_settling.push_back(b);
+      previous = b;
+    }
+  }
+  const std::uint64_t last = job.controller->latest_plans()[2].local_batch;
+  EXPECT_GE(last, 37u);
+  EXPECT_LE(last, 43u);
+  // A new split needs a move of more than 10 %: from step 100 on, none.
+  EXPECT_TRUE(batches_after_settling.empty()) << "rank 2's batch still moved " << batches_after_settling.size()
+                                              << " times after step 100, last to " << batches_after_settling.back();
+}
+
 TEST(Controller, NdDropsResplitsAndRestartsAPersistentStragglerOnce) {
   Job job(6, 600, "antdt-nd", R"({"warmup": 5, "restart_cooldown": 1000, "resplit_interval": 1000})");
   // Rank 4 turns 4x slower at step 30 and stays slow: persistent 10 steps later.
