@@ -32,6 +32,7 @@ extern char** environ;
 namespace agent_test {
 
 using child_process::free_port;
+using child_process::wait_listening;
 
 using Clock = std::chrono::steady_clock;
 

@@ -158,6 +158,7 @@ int run_case(const std::string& run, const std::string& coordinator_program, con
                          std::to_string(kEpochs), "--global-batch", std::to_string(kGlobalBatch), "--shard-size", "50"},
                         {"ANTDT_SECRET=" + kSecret, "ANTDT_TIMEOUT_MS=30000",
                          std::string("ANTDT_MAX_RESTARTS=") + (restart ? "1" : "0")});
+    wait_listening(port);  // before antdt-run probes ports of its own
     job_env.push_back("ANTDT_SECRET=" + kSecret);
     job_env.push_back("ANTDT_COORDINATOR=127.0.0.1:" + std::to_string(port));
   }

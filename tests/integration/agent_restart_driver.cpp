@@ -142,7 +142,9 @@ pid_t start_coordinator(const Paths& p, int port, int world, std::uint64_t n, st
                                    std::to_string(world), "--dataset-size", std::to_string(n), "--global-batch",
                                    std::to_string(global_batch), "--shard-size", std::to_string(shard)};
   if (!checkpoint.empty()) argv.insert(argv.end(), {"--checkpoint", checkpoint, "--checkpoint-s", "0.05"});
-  return spawn(argv, {"ANTDT_SECRET=" + kSecret, "ANTDT_TIMEOUT_MS=30000"});
+  const pid_t pid = spawn(argv, {"ANTDT_SECRET=" + kSecret, "ANTDT_TIMEOUT_MS=30000"});
+  wait_listening(port);  // before antdt-run probes ports of its own
+  return pid;
 }
 
 void external_rank0(const Paths& p) {

@@ -1,5 +1,6 @@
 // Process helpers of the integration drivers that start ranks by hand: a free
-// loopback port, the environment a child rank gets, fork + execve.
+// loopback port, waiting until a server listens on it, the environment a child
+// rank gets, fork + execve.
 #pragma once
 
 #include <arpa/inet.h>
@@ -7,8 +8,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <string_view>
 #include <vector>
 
@@ -30,6 +35,41 @@ inline int free_port() {
     port = ntohs(addr.sin_port);
   ::close(fd);
   return port;
+}
+
+// Whether a socket of this network namespace listens on 127.0.0.1:port, from
+// /proc/net/tcp (no connection is made, so the server logs nothing).
+inline bool listening_on_loopback(int port) {
+  std::ifstream table("/proc/net/tcp");
+  std::string line;
+  std::getline(table, line);  // the header
+  char wanted[16];
+  std::snprintf(wanted, sizeof wanted, "0100007F:%04X", static_cast<unsigned>(port));
+  while (std::getline(table, line)) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state;
+    fields >> slot >> local >> remote >> state;
+    if (local == wanted && state == "0A") return true;  // 0A: TCP_LISTEN
+  }
+  return false;
+}
+
+// Waits until a server (a child just started) listens on 127.0.0.1:port, at
+// most `limit`. A port from free_port() is only free when it is probed: until
+// the child has bound it, the kernel may hand the same port to the next
+// free_port() of another process (antdt-run's, for its bootstrap root), and
+// the second bind then fails with "Address already in use".
+inline bool wait_listening(int port, std::chrono::milliseconds limit = std::chrono::seconds(20)) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!listening_on_loopback(port)) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      std::fprintf(stderr, "nothing listens on 127.0.0.1:%d after %lld ms\n", port,
+                   static_cast<long long>(limit.count()));
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
 }
 
 // The parent's environment without launcher or ANTDT_ variables, plus `extra`.

@@ -22,10 +22,13 @@ namespace {
 constexpr int kWorld = 4;
 
 pid_t start_coordinator(const Paths& p, int port, std::uint64_t n, const std::string& db, double grace_s) {
-  return spawn({p.coordinator, "--listen", "127.0.0.1:" + std::to_string(port), "-n", std::to_string(kWorld),
-                "--dataset-size", std::to_string(n), "--global-batch", "40", "--shard-size", "40", "--db", db,
-                "--grace-s", std::to_string(grace_s)},
-               {"ANTDT_SECRET=" + kSecret, "ANTDT_TIMEOUT_MS=30000"});
+  const pid_t pid =
+      spawn({p.coordinator, "--listen", "127.0.0.1:" + std::to_string(port), "-n", std::to_string(kWorld),
+             "--dataset-size", std::to_string(n), "--global-batch", "40", "--shard-size", "40", "--db", db,
+             "--grace-s", std::to_string(grace_s)},
+            {"ANTDT_SECRET=" + kSecret, "ANTDT_TIMEOUT_MS=30000"});
+  wait_listening(port);  // before antdt-run probes ports of its own
+  return pid;
 }
 
 pid_t start_job(const Paths& p, int port, std::uint64_t n, const std::string& dir) {

@@ -313,11 +313,15 @@ bool run_case(const std::string& self, const std::string& policy, std::size_t fl
                   label.c_str());
       return false;
     }
-    const std::string address = "127.0.0.1:" + std::to_string(child_process::free_port());
+    // Not `port`, which nothing has bound yet: the kernel may probe the same one twice.
+    int coordinator_port = child_process::free_port();
+    while (coordinator_port == port) coordinator_port = child_process::free_port();
+    const std::string address = "127.0.0.1:" + std::to_string(coordinator_port);
     arbiter_env.push_back("ANTDT_COORDINATOR=" + address);
     auto env = common;
     env.push_back("ANTDT_WORLD_SIZE=" + std::to_string(kRanks));
     coordinator = child_process::launch({tool, "--listen", address}, child_process::child_environment(env));
+    child_process::wait_listening(coordinator_port);
   }
   std::array<pid_t, kRanks> pids{};
   for (int r = 0; r < kRanks; ++r) {
