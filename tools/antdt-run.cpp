@@ -42,12 +42,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -80,6 +82,29 @@ int free_port() {
     port = ntohs(addr.sin_port);
   ::close(fd);
   return port;
+}
+
+// A free loopback port other than those in `taken`. The job's ports are all
+// probed before any rank binds one, so the kernel may hand the same port out
+// twice; -1 if 8 probes found none.
+int free_port_except(const std::vector<int>& taken) {
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    const int port = free_port();
+    if (port < 0) return -1;
+    if (std::find(taken.begin(), taken.end(), port) == taken.end()) return port;
+  }
+  return -1;
+}
+
+// The port of a host:port address (-1 if it has none that parses).
+int port_of(const std::string& address) {
+  const auto colon = address.rfind(':');
+  if (colon == std::string::npos) return -1;
+  try {
+    return std::stoi(address.substr(colon + 1));
+  } catch (const std::exception&) {
+    return -1;
+  }
 }
 
 std::optional<std::string> random_secret() {
@@ -392,14 +417,16 @@ int main(int argc, char** argv) {
   }
 
   std::vector<std::string> job_env = inherited_environment();
+  std::vector<int> job_ports;  // the loopback ports this launch hands out, each once
   if (root.empty()) {
-    const int port = free_port();
+    const int port = free_port_except(job_ports);
     if (port < 0) {
       say("cannot find a free port for ANTDT_ROOT: %s", std::strerror(errno));
       return 1;
     }
     root = "127.0.0.1:" + std::to_string(port);
   }
+  job_ports.push_back(port_of(root));
   auto secret = env("ANTDT_SECRET");
   if (!secret) secret = random_secret();
   if (!secret) {
@@ -410,13 +437,14 @@ int main(int argc, char** argv) {
   if (auto external = env("ANTDT_COORDINATOR")) {
     job_env.push_back("ANTDT_COORDINATOR=" + *external);
   } else {
-    const int port = free_port();
+    const int port = free_port_except(job_ports);
     if (port < 0) {
       say("cannot find a free port for the coordinator: %s", std::strerror(errno));
       return 1;
     }
     job_env.push_back("ANTDT_COORDINATOR=127.0.0.1:" + std::to_string(port));
     job_env.push_back("ANTDT_COORDINATOR_EMBEDDED=1");
+    job_ports.push_back(port);
   }
   job_env.push_back("ANTDT_WORLD_SIZE=" + std::to_string(world_size));
   job_env.push_back("ANTDT_LOCAL_SIZE=" + std::to_string(world_size));
@@ -433,11 +461,10 @@ int main(int argc, char** argv) {
     job_env.push_back("MASTER_ADDR=" + host);
   }
   if (!env("MASTER_PORT")) {
-    // Not ANTDT_ROOT's port: rank 0 listens on both (antdt's bootstrap and torch's TCPStore).
-    const std::string root_port = root.substr(root.rfind(':') + 1);
-    int port = -1;
-    for (int attempt = 0; attempt < 8 && (port < 0 || std::to_string(port) == root_port); ++attempt) port = free_port();
-    if (port < 0 || std::to_string(port) == root_port) {
+    // Not ANTDT_ROOT's or the coordinator's port: rank 0 listens on all of
+    // them (antdt's bootstrap, the embedded coordinator, torch's TCPStore).
+    const int port = free_port_except(job_ports);
+    if (port < 0) {
       say("cannot find a free port for MASTER_PORT: %s", std::strerror(errno));
       return 1;
     }

@@ -1,7 +1,7 @@
 # antdt-run sets torchrun's env:// variables for each rank (issue 14,
 # docs/torch.md "Launch"), and keeps the ones the caller set.
 #   cmake -DANTDT_RUN=<antdt-run> -P antdt_run_torch_env.cmake
-set(show [=[echo "rank=$ANTDT_RANK RANK=$RANK WORLD_SIZE=$WORLD_SIZE LOCAL_RANK=$LOCAL_RANK LOCAL_WORLD_SIZE=$LOCAL_WORLD_SIZE MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT ROOT=$ANTDT_ROOT"]=])
+set(show [=[echo "rank=$ANTDT_RANK RANK=$RANK WORLD_SIZE=$WORLD_SIZE LOCAL_RANK=$LOCAL_RANK LOCAL_WORLD_SIZE=$LOCAL_WORLD_SIZE MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT ROOT=$ANTDT_ROOT COORDINATOR=$ANTDT_COORDINATOR"]=])
 
 function(run_job out_var)
   execute_process(COMMAND ${ARGN} ${ANTDT_RUN} -n 2 -- sh -c "${show}"
@@ -18,13 +18,17 @@ run_job(out ${CMAKE_COMMAND} -E env --unset=RANK --unset=WORLD_SIZE --unset=LOCA
 message(STATUS "antdt-run's values:\n${out}")
 set(ports "")
 foreach(r 0 1)
-  string(REGEX MATCH "rank=${r} RANK=${r} WORLD_SIZE=2 LOCAL_RANK=${r} LOCAL_WORLD_SIZE=2 MASTER_ADDR=127\\.0\\.0\\.1 MASTER_PORT=([0-9]+) ROOT=127\\.0\\.0\\.1:([0-9]+)"
+  string(REGEX MATCH "rank=${r} RANK=${r} WORLD_SIZE=2 LOCAL_RANK=${r} LOCAL_WORLD_SIZE=2 MASTER_ADDR=127\\.0\\.0\\.1 MASTER_PORT=([0-9]+) ROOT=127\\.0\\.0\\.1:([0-9]+) COORDINATOR=127\\.0\\.0\\.1:([0-9]+)"
          line "${out}")
   if(NOT line)
     message(FATAL_ERROR "rank ${r}: no line with its env:// variables in\n${out}")
   endif()
   if(CMAKE_MATCH_1 STREQUAL CMAKE_MATCH_2)
     message(FATAL_ERROR "rank ${r}: MASTER_PORT is ANTDT_ROOT's port ${CMAKE_MATCH_1}")
+  endif()
+  # Rank 0 listens on all three (torch's TCPStore, antdt's bootstrap, the embedded coordinator).
+  if(CMAKE_MATCH_3 STREQUAL CMAKE_MATCH_1 OR CMAKE_MATCH_3 STREQUAL CMAKE_MATCH_2)
+    message(FATAL_ERROR "rank ${r}: the coordinator's port ${CMAKE_MATCH_3} is also MASTER_PORT or ANTDT_ROOT's")
   endif()
   if(CMAKE_MATCH_1 LESS 1 OR CMAKE_MATCH_1 GREATER 65535)
     message(FATAL_ERROR "rank ${r}: MASTER_PORT ${CMAKE_MATCH_1} is not a port")
