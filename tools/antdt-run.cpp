@@ -86,13 +86,14 @@ int free_port() {
 
 // A free loopback port other than those in `taken`. The job's ports are all
 // probed before any rank binds one, so the kernel may hand the same port out
-// twice; -1 if 8 probes found none.
+// twice; -1 with errno set if 8 probes found none.
 int free_port_except(const std::vector<int>& taken) {
   for (int attempt = 0; attempt < 8; ++attempt) {
     const int port = free_port();
     if (port < 0) return -1;
     if (std::find(taken.begin(), taken.end(), port) == taken.end()) return port;
   }
+  errno = EADDRINUSE;  // every probe gave a port the job already uses
   return -1;
 }
 

@@ -13,8 +13,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 extern char** environ;
@@ -35,6 +35,16 @@ inline int free_port() {
     port = ntohs(addr.sin_port);
   ::close(fd);
   return port;
+}
+
+// A free loopback port other than `taken` (a port probed earlier that nothing
+// has bound yet, which the kernel may hand out again); -1 after 8 tries.
+inline int free_port_other_than(int taken) {
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    const int port = free_port();
+    if (port != taken) return port;
+  }
+  return -1;
 }
 
 // Whether a socket of this network namespace listens on 127.0.0.1:port, from

@@ -313,9 +313,7 @@ bool run_case(const std::string& self, const std::string& policy, std::size_t fl
                   label.c_str());
       return false;
     }
-    // Not `port`, which nothing has bound yet: the kernel may probe the same one twice.
-    int coordinator_port = child_process::free_port();
-    while (coordinator_port == port) coordinator_port = child_process::free_port();
+    const int coordinator_port = child_process::free_port_other_than(port);
     const std::string address = "127.0.0.1:" + std::to_string(coordinator_port);
     arbiter_env.push_back("ANTDT_COORDINATOR=" + address);
     auto env = common;

@@ -335,9 +335,10 @@ TEST(Controller, DdDefersWhileARankComputesInBurstsButNotForASteadySlowRank) {
 }
 
 // The same bursty rank (6x every 4th step, 2x otherwise: 3x on average) under
-// a split every 10 steps. Its EWMA per sample swings between about 2.5x and
-// 3.6x with its stalls, so a split taken from it gave the rank 34 to 46 of 400
-// samples depending on where in its cycle the decision fell. Its sustained
+// a split every 10 steps. Its EWMA per sample cycles between about 2.5x and
+// 3.6x with its stalls, so a split taken from it gives the rank 34 to 46 of
+// 400 samples depending on where in its cycle the decision falls (under the
+// EWMA the batch moved 30 times after step 100). Its sustained
 // speed (samples over compute, summed over about 64 steps) is 1/3 within a
 // few percent wherever the decision falls: 400 / 3.33 = 40 samples, held.
 TEST(Controller, DdSplitsABurstyRankByItsSustainedSpeed) {
