@@ -476,6 +476,8 @@ Config Config::from_env(const Lookup& lookup) {
   if (auto v = env.integer("ANTDT_MAX_RESTARTS", 0, 1000000, "restarts per rank")) c.max_restarts = static_cast<int>(*v);
   if (auto v = env.integer("ANTDT_AGENT_PREFETCH", 0, 1, "1 = the plan request leases the step's samples too"))
     c.agent_prefetch = *v == 1;
+  if (auto v = env.integer("ANTDT_AGENT_REPORT_WITH_NEXT", 0, 1, "1 = a step's report goes with the next request"))
+    c.agent_report_with_next = *v == 1;
   return c;
 }
 
@@ -559,6 +561,7 @@ std::vector<std::string> Config::describe() const {
   lines.push_back(cat("ANTDT_RESTART_EXIT_CODE=", restart_exit_code));
   lines.push_back(cat("ANTDT_MAX_RESTARTS=", max_restarts));
   lines.push_back(cat("ANTDT_AGENT_PREFETCH=", agent_prefetch ? 1 : 0));
+  lines.push_back(cat("ANTDT_AGENT_REPORT_WITH_NEXT=", agent_report_with_next ? 1 : 0));
   return lines;
 }
 

@@ -102,6 +102,7 @@ struct Config {
   int restart_exit_code = 75;           // ANTDT_RESTART_EXIT_CODE, 1..255: the exit code asking for a restart
   int max_restarts = 0;                 // ANTDT_MAX_RESTARTS, 0..1000000: restarts the launcher grants each rank (antdt-run --restarts)
   bool agent_prefetch = true;           // ANTDT_AGENT_PREFETCH=0|1: a plan request leases the step's samples too
+  bool agent_report_with_next = true;   // ANTDT_AGENT_REPORT_WITH_NEXT=0|1: a step's report goes with the next request
 
   // Reads the variables through `lookup` (the process environment by default).
   using Lookup = std::function<std::optional<std::string>(std::string_view name)>;

@@ -103,6 +103,12 @@ class ByteReader {
     pos_ += n;
   }
   std::size_t left() const noexcept { return in_.size() - pos_; }
+  // The bytes not read yet (a nested message), all taken.
+  std::span<const std::byte> rest() noexcept {
+    auto out = in_.subspan(pos_);
+    pos_ = in_.size();
+    return out;
+  }
   // Everything was read.
   void done() const {
     if (pos_ != in_.size()) fail(in_.size() - pos_, " unexpected trailing bytes");

@@ -217,6 +217,7 @@ void AgentImpl::connect(const net::Endpoint& address, std::span<const std::byte>
   client_ = std::make_unique<sched::coord::CoordinatorClient>(address, secret, rank_, size_,
                                                        static_cast<std::uint32_t>(incarnation_), generation_,
                                                        cfg_.timeout);
+  client_->set_report_with_next(cfg_.agent_report_with_next);
 }
 
 void AgentImpl::start_fresh() {

@@ -4,6 +4,7 @@
 #include "core/log.hpp"
 
 #include <thread>
+#include <utility>
 
 namespace antdt::sched::coord {
 
@@ -59,7 +60,8 @@ void CoordinatorClient::connect(Clock::time_point deadline, bool reconnect) {
 
 Bytes CoordinatorClient::call(const Request& request) {
   ANTDT_CHECK_ARG(static_cast<bool>(link_), "coordinator client: the session of rank ", rank_, " is closed (bye)");
-  const Bytes payload = encode(request);
+  // A kept report goes with this request, and is sent again with it after a reconnection.
+  const Bytes payload = encode(Envelope{std::exchange(pending_report_, std::nullopt), request});
   const auto deadline = Clock::now() + timeout_;
   for (;;) {
     try {
@@ -96,7 +98,14 @@ Plan CoordinatorClient::plan(std::uint64_t step, std::uint64_t fetch_max) {
   return decode_plan(call(PlanRequest{step, fetch_max}));
 }
 
-void CoordinatorClient::report(const Report& report) { decode_ack(call(report)); }
+void CoordinatorClient::report(const Report& report) {
+  // A kept report goes first, alone: a frame carries one report at most.
+  if (pending_report_) decode_ack(call(Request{*std::exchange(pending_report_, std::nullopt)}));
+  if (report_with_next_)
+    pending_report_ = report;
+  else
+    decode_ack(call(report));
+}
 
 BatchReply CoordinatorClient::fetch(std::uint64_t max_samples) { return decode_batch(call(Fetch{max_samples})); }
 
@@ -122,7 +131,7 @@ void CoordinatorClient::bye(bool restarting) {
   if (!link_) return;
   try {
     const auto deadline = Clock::now() + timeout_;
-    link_.send(encode(Request{Bye{restarting}}), deadline);
+    link_.send(encode(Envelope{std::exchange(pending_report_, std::nullopt), Request{Bye{restarting}}}), deadline);
     if (auto reply = link_.receive(deadline)) decode_ack(*reply);
   } catch (const Error& e) {
     ANTDT_WARN("rank ", rank_, ": bye to the coordinator failed: ", e.what());

@@ -954,7 +954,9 @@ bool CoordinatorService::handle(Connection& c, const Bytes& frame) {
   Bytes reply;
   bool close_after = false;
   try {
-    const Request request = decode_request(frame);
+    const Envelope envelope = decode_envelope(frame);
+    const Request& request = envelope.request;
+    if (envelope.report) coordinator_->report(c.rank, *envelope.report);
     reply = std::visit(
         [&](const auto& m) -> Bytes {
           using T = std::decay_t<decltype(m)>;

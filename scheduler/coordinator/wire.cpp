@@ -62,6 +62,26 @@ void throw_if_error(std::span<const std::byte> bytes) {
   throw_status(e.status, "coordinator: " + e.message);
 }
 
+// A step report's fields (a report frame's, or the head of a with_report frame).
+void put_report(Writer& w, const Report& m) {
+  w.put(m.step);
+  w.put(m.compute_s);
+  w.put(m.wait_s);
+  w.put(m.transfer_s);
+  w.put(m.samples);
+  w.put(static_cast<std::uint8_t>(m.fate));
+}
+Report get_report(Reader& r) {
+  Report m;
+  m.step = r.get<std::uint64_t>();
+  m.compute_s = r.real();
+  m.wait_s = r.real();
+  m.transfer_s = r.real();
+  m.samples = r.get<std::uint64_t>();
+  m.fate = fate_from(r.get<std::uint8_t>(), "step report");
+  return m;
+}
+
 // A batch's fields, the last ones of a batch reply or of a plan that carries one.
 void put_batch(Writer& w, const BatchReply& m) {
   ANTDT_CHECK_ARG(m.samples.size() <= kMaxBatchSamples, "a batch of ", m.samples.size(), " samples exceeds the limit of ",
@@ -103,7 +123,7 @@ Kind peek_kind(std::span<const std::byte> bytes) {
   if (version != kVersion)
     raise<BootstrapError>("coordinator message has protocol version ", version, ", this library speaks ", kVersion,
                           " (mixed antdt versions in one job?)");
-  const bool known = (kind >= 1 && kind <= 3) || (kind >= 10 && kind <= 24);
+  const bool known = (kind >= 1 && kind <= 3) || (kind >= 10 && kind <= 25);
   if (!known) raise<BootstrapError>("malformed coordinator message: unknown kind ", kind);
   return static_cast<Kind>(kind);
 }
@@ -145,12 +165,7 @@ Bytes encode(const Request& request) {
           return w.take();
         } else if constexpr (std::is_same_v<T, Report>) {
           Writer w(Kind::report);
-          w.put(m.step);
-          w.put(m.compute_s);
-          w.put(m.wait_s);
-          w.put(m.transfer_s);
-          w.put(m.samples);
-          w.put(static_cast<std::uint8_t>(m.fate));
+          put_report(w, m);
           return w.take();
         } else if constexpr (std::is_same_v<T, Fetch>) {
           Writer w(Kind::fetch);
@@ -190,6 +205,16 @@ Bytes encode(const Request& request) {
         }
       },
       request);
+}
+
+Bytes encode(const Envelope& m) {
+  if (!m.report) return encode(m.request);
+  ANTDT_CHECK_ARG(!std::holds_alternative<Report>(m.request), "coordinator wire: a report cannot carry another");
+  Writer w(Kind::with_report);
+  put_report(w, *m.report);
+  const Bytes inner = encode(m.request);
+  w.bytes(std::span(inner));
+  return w.take();
 }
 
 Bytes encode(const Plan& m) {
@@ -285,13 +310,7 @@ Request decode_request(std::span<const std::byte> bytes) {
     }
     case Kind::report: {
       Reader r(bytes, kind, "step report");
-      Report m;
-      m.step = r.get<std::uint64_t>();
-      m.compute_s = r.real();
-      m.wait_s = r.real();
-      m.transfer_s = r.real();
-      m.samples = r.get<std::uint64_t>();
-      m.fate = fate_from(r.get<std::uint8_t>(), "step report");
+      Report m = get_report(r);
       r.done();
       return m;
     }
@@ -359,6 +378,20 @@ Request decode_request(std::span<const std::byte> bytes) {
       raise<BootstrapError>("malformed coordinator request: message kind ", static_cast<int>(kind),
                             " is not a request");
   }
+}
+
+Envelope decode_envelope(std::span<const std::byte> bytes) {
+  if (peek_kind(bytes) != Kind::with_report) return Envelope{std::nullopt, decode_request(bytes)};
+  Reader r(bytes, Kind::with_report, "request with report");
+  Envelope m;
+  m.report = get_report(r);
+  // The inner frame is checked whole by its own decoder; one with a report
+  // inside, or a report, is refused: a frame carries one report at most.
+  const std::span<const std::byte> inner = r.rest();
+  if (peek_kind(inner) == Kind::report)
+    raise<BootstrapError>("malformed coordinator request with report: it carries a second report");
+  m.request = decode_request(inner);
+  return m;
 }
 
 Plan decode_plan(std::span<const std::byte> bytes) {

@@ -31,8 +31,9 @@ using Bytes = std::vector<std::byte>;
 
 inline constexpr std::uint32_t kMagic = 0x43544441;  // "ADTC"
 // 2: communicator failures, generation members; 3: abandoned generations;
-// 4: a plan request may lease the step's samples too (PlanRequest::fetch_max, Plan::batch)
-inline constexpr std::uint16_t kVersion = 4;
+// 4: a plan request may lease the step's samples too (PlanRequest::fetch_max, Plan::batch);
+// 5: a request may carry the rank's step report (Kind::with_report, Envelope)
+inline constexpr std::uint16_t kVersion = 5;
 inline constexpr std::size_t kNonceBytes = 16;
 inline constexpr std::size_t kMacBytes = 32;
 inline constexpr std::size_t kMaxTextBytes = 1024;
@@ -58,6 +59,7 @@ enum class Kind : std::uint16_t {
   ack = 22,
   error = 23,
   comm_failed = 24,
+  with_report = 25,
 };
 
 // --- handshake ---
@@ -123,6 +125,16 @@ struct CommFailed {
 };
 using Request = std::variant<PlanRequest, Report, Fetch, Commit, GiveBack, RequestRestart, OfferId, JoinGeneration, Bye,
                              CommFailed>;
+// What a rank sends: a request and, when it carries one, the step report the
+// coordinator takes first (the Agent sends a step's report with its next
+// request, usually the commit: one round trip per step fewer). One reply, the
+// request's. Without a report it is the request's own frame; with one, a
+// with_report frame: the report's fields, then the request's whole frame,
+// which may not be a report or carry one itself.
+struct Envelope {
+  std::optional<Report> report;
+  Request request;
+};
 
 // --- replies (coordinator -> rank) ---
 struct BatchReply {
@@ -163,6 +175,7 @@ Bytes encode(const Challenge& m);
 Bytes encode(const Hello& m);
 Bytes encode(const Welcome& m);
 Bytes encode(const Request& m);
+Bytes encode(const Envelope& m);
 Bytes encode(const Plan& m);
 Bytes encode(const BatchReply& m);
 Bytes encode(const GenerationId& m);
@@ -175,6 +188,8 @@ Challenge decode_challenge(std::span<const std::byte> bytes);
 Hello decode_hello(std::span<const std::byte> bytes);
 Welcome decode_welcome(std::span<const std::byte> bytes);
 Request decode_request(std::span<const std::byte> bytes);
+// A request frame or a with_report frame.
+Envelope decode_envelope(std::span<const std::byte> bytes);
 // Replies: an ErrorReply in their place is thrown as the antdt::Error of its status.
 Plan decode_plan(std::span<const std::byte> bytes);
 BatchReply decode_batch(std::span<const std::byte> bytes);

@@ -18,7 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       case 1: (void)decode_challenge(bytes); break;
       case 2: (void)decode_hello(bytes); break;
       case 3: (void)decode_welcome(bytes); break;
-      case 4: (void)decode_request(bytes); break;
+      case 4: (void)decode_envelope(bytes); break;  // a request, with a step report or not
       case 5: (void)decode_plan(bytes); break;
       case 6: (void)decode_batch(bytes); break;
       case 7: (void)decode_generation_id(bytes); break;

@@ -220,9 +220,14 @@ TEST(AgentConfig, DefaultsAndValues) {
   EXPECT_EQ(d.incarnation, 0);
   EXPECT_EQ(d.restart_exit_code, 75);
   EXPECT_EQ(d.coordinator_checkpoint_interval.count(), 10000);
+  EXPECT_TRUE(d.agent_prefetch);
+  EXPECT_TRUE(d.agent_report_with_next);
   const Config c = parse({{"ANTDT_COORDINATOR", "127.0.0.1:4000"}, {"ANTDT_COORDINATOR_EMBEDDED", "1"},
                           {"ANTDT_COORDINATOR_CHECKPOINT", "/tmp/c.json"}, {"ANTDT_COORDINATOR_CHECKPOINT_S", "0.5"},
-                          {"ANTDT_INCARNATION", "3"}, {"ANTDT_RESTART_EXIT_CODE", "42"}});
+                          {"ANTDT_INCARNATION", "3"}, {"ANTDT_RESTART_EXIT_CODE", "42"},
+                          {"ANTDT_AGENT_PREFETCH", "0"}, {"ANTDT_AGENT_REPORT_WITH_NEXT", "0"}});
+  EXPECT_FALSE(c.agent_prefetch);
+  EXPECT_FALSE(c.agent_report_with_next);
   EXPECT_EQ(c.coordinator, "127.0.0.1:4000");
   EXPECT_TRUE(c.coordinator_embedded);
   EXPECT_EQ(c.coordinator_checkpoint, "/tmp/c.json");
@@ -241,6 +246,8 @@ TEST(AgentConfig, BadValuesNameTheVariable) {
       {{{"ANTDT_INCARNATION", "-1"}}, "ANTDT_INCARNATION"},
       {{{"ANTDT_RESTART_EXIT_CODE", "0"}}, "ANTDT_RESTART_EXIT_CODE"},
       {{{"ANTDT_RESTART_EXIT_CODE", "256"}}, "ANTDT_RESTART_EXIT_CODE"},
+      {{{"ANTDT_AGENT_PREFETCH", "2"}}, "ANTDT_AGENT_PREFETCH"},
+      {{{"ANTDT_AGENT_REPORT_WITH_NEXT", "yes"}}, "ANTDT_AGENT_REPORT_WITH_NEXT"},
   };
   for (const auto& [env, name] : bad) {
     const std::string e = error_for(env);

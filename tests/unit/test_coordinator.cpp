@@ -531,6 +531,48 @@ TEST(CoordinatorService, ManyRanksCommitEverySampleOncePerEpoch) {
   EXPECT_GT(service.coordinator().stats().steps_closed, 0u);
 }
 
+// A step report kept for the next request (the Agent's default,
+// ANTDT_AGENT_REPORT_WITH_NEXT): the coordinator sees it when that request
+// arrives, before answering it; a second report sends the kept one alone; bye
+// carries the last one.
+TEST(CoordinatorService, AReportKeptForTheNextRequestArrivesWithIt) {
+  const int world = 2;
+  CoordinatorService service(options_for(world, 64, 4, 1, 8), net::Endpoint{"127.0.0.1", 0}, test_secret());
+  auto closed = [&] { return service.coordinator().stats().steps_closed; };
+  std::vector<std::unique_ptr<CoordinatorClient>> clients;
+  for (int r = 0; r < world; ++r) {
+    clients.push_back(client_for(service, r, world));
+    clients.back()->set_report_with_next(true);
+  }
+  std::vector<BatchReply> batches;
+  for (auto& c : clients) {
+    ASSERT_FALSE(c->plan(1).stop);
+    batches.push_back(c->fetch(4));
+    ASSERT_EQ(batches.back().samples.size(), 4u);
+    c->report(Report{1, 0.01, 0, 0, 4, Fate::included});
+    EXPECT_TRUE(c->report_pending());
+  }
+  // Sent at once, both reports would have closed step 1 by now.
+  EXPECT_EQ(closed(), 0u);
+  EXPECT_TRUE(clients[0]->commit(batches[0].lease));
+  EXPECT_FALSE(clients[0]->report_pending());
+  EXPECT_EQ(closed(), 0u);  // rank 1's report is still with rank 1
+  EXPECT_TRUE(clients[1]->commit(batches[1].lease));
+  EXPECT_EQ(closed(), 1u);
+
+  for (auto& c : clients) c->report(Report{2, 0.01, 0, 0, 0, Fate::included});
+  EXPECT_EQ(closed(), 1u);
+  // Rank 0 reports step 3 with step 2's still kept: step 2's goes alone.
+  clients[0]->report(Report{3, 0.01, 0, 0, 0, Fate::included});
+  EXPECT_TRUE(clients[0]->report_pending());
+  EXPECT_EQ(closed(), 1u);  // rank 1's step 2 is still with rank 1
+  clients[1]->bye(false);   // carries it: step 2 closes
+  EXPECT_EQ(closed(), 2u);
+  clients[0]->bye(false);   // carries step 3, the only rank left
+  EXPECT_EQ(closed(), 3u);
+  EXPECT_TRUE(service.wait_all_exited(Clock::now() + 5s));
+}
+
 TEST(CoordinatorService, RefusesWrongSecretsAndSurvivesGarbage) {
   CoordinatorService service(options_for(2, 20, 4, 1, 2), net::Endpoint{"127.0.0.1", 0}, test_secret());
   try {

@@ -172,6 +172,53 @@ TEST(CoordinatorWire, ErrorReplyIsThrownAsItsStatus) {
   EXPECT_THROW(decode_ack(encode(ErrorReply{Status::timeout, "slow"})), TimeoutError);
 }
 
+// A request with the rank's step report in front (Envelope, wire version 5):
+// both come back field for field; without a report it is the request's own
+// frame; a frame carries one report at most; truncations are refused.
+TEST(CoordinatorWire, ARequestCarriesTheStepReportInFront) {
+  const Report report{12, 0.25, 0.5, 0.125, 48, Fate::deferred};
+  const Envelope sent{report, Request{Commit{77}}};
+  const Bytes bytes = encode(sent);
+  EXPECT_EQ(peek_kind(bytes), Kind::with_report);
+  const Envelope back = decode_envelope(bytes);
+  ASSERT_TRUE(back.report.has_value());
+  EXPECT_EQ(back.report->step, 12u);
+  EXPECT_EQ(back.report->compute_s, 0.25);
+  EXPECT_EQ(back.report->wait_s, 0.5);
+  EXPECT_EQ(back.report->transfer_s, 0.125);
+  EXPECT_EQ(back.report->samples, 48u);
+  EXPECT_EQ(back.report->fate, Fate::deferred);
+  ASSERT_TRUE(std::holds_alternative<Commit>(back.request));
+  EXPECT_EQ(std::get<Commit>(back.request).lease, 77u);
+  // Any request may carry it; the inner one keeps its fields.
+  const Envelope plan = decode_envelope(encode(Envelope{report, Request{PlanRequest{13, 256}}}));
+  EXPECT_EQ(std::get<PlanRequest>(plan.request).fetch_max, 256u);
+  EXPECT_TRUE(std::holds_alternative<Bye>(decode_envelope(encode(Envelope{report, Request{Bye{true}}})).request));
+
+  // Without a report: the request's own frame, read back by both decoders.
+  const Bytes plain = encode(Envelope{std::nullopt, Request{Commit{5}}});
+  EXPECT_EQ(plain, encode(Request{Commit{5}}));
+  EXPECT_FALSE(decode_envelope(plain).report.has_value());
+  // A with_report frame is not a plain request.
+  EXPECT_THROW(decode_request(bytes), BootstrapError);
+
+  // One report per frame: not a report inside, not a second envelope inside.
+  EXPECT_THROW(encode(Envelope{report, Request{report}}), InvalidArgument);
+  Bytes nested_report = Bytes(bytes.begin(), bytes.begin() + 8 + 41);
+  const Bytes inner_report = encode(Request{report});
+  nested_report.insert(nested_report.end(), inner_report.begin(), inner_report.end());
+  EXPECT_THROW(decode_envelope(nested_report), BootstrapError);
+  Bytes nested_envelope = Bytes(bytes.begin(), bytes.begin() + 8 + 41);
+  nested_envelope.insert(nested_envelope.end(), bytes.begin(), bytes.end());
+  EXPECT_THROW(decode_envelope(nested_envelope), BootstrapError);
+  // Every truncation, and one byte too many.
+  for (std::size_t n = 0; n < bytes.size(); ++n)
+    EXPECT_THROW(decode_envelope(std::span(bytes).first(n)), BootstrapError) << n << " bytes";
+  Bytes padded = bytes;
+  padded.push_back(std::byte{0});
+  EXPECT_THROW(decode_envelope(padded), BootstrapError);
+}
+
 TEST(CoordinatorWire, GarbageIsRejected) {
   const Bytes good = encode(Request{Report{9, 0.25, 0.5, 0.125, 64, Fate::included}});
   // Every truncation, and one byte too many.
@@ -234,6 +281,10 @@ TEST(CoordinatorWire, GarbageIsRejected) {
     }
     try {
       (void)decode_request(junk);
+    } catch (const BootstrapError&) {
+    }
+    try {
+      (void)decode_envelope(junk);
     } catch (const BootstrapError&) {
     }
   }
