@@ -18,6 +18,11 @@ struct DdOptions {
   double threshold = 0.1;          // a change needs some b_i to move by more than this fraction of itself
   std::uint64_t interval = 20;     // steps between batch changes; also how long defer outlives the last transient
   std::uint64_t warmup = 5;        // steps of statistics before the first change
+  // From this step on, before the warm-up ends, one early split when it moves
+  // some rank's batch by more than kEarlyMove (0: none). A rank at a third of
+  // the others' speed costs two thirds of every warm-up step under the even
+  // split; the full split at `warmup` may still correct it, whatever `interval`.
+  std::uint64_t early_split = 2;
   std::uint32_t staleness = 1;     // bound of defer
   bool defer_transients = true;
   // Defer also while a rank the Monitor calls slow (deterministic or
@@ -30,6 +35,11 @@ struct DdOptions {
   double jitter = 2.0;
 };
 
+// The move (of a rank's batch, as a fraction of it) that an early split needs:
+// a rank at 2/3 of the others' speed or slower. Smaller imbalances wait for
+// the warm-up's statistics, whose first steps may carry one-time costs.
+constexpr double kEarlyMove = 0.5;
+
 class DdPolicy final : public Policy {
  public:
   explicit DdPolicy(const DdOptions& options) : options_(options) {}
@@ -39,7 +49,9 @@ class DdPolicy final : public Policy {
 
   std::optional<std::vector<RankPlan>> decide(const PolicyContext& ctx, const MonitorView& monitor) override {
     const std::size_t n = static_cast<std::size_t>(ctx.world_size);
-    if (ctx.step < options_.warmup || ctx.plans.size() != n) return std::nullopt;
+    const bool early = options_.early_split > 0 && ctx.step >= options_.early_split && ctx.step < options_.warmup &&
+                       !early_done_;
+    if ((ctx.step < options_.warmup && !early) || ctx.plans.size() != n) return std::nullopt;
     if (trusted_.size() != n) trusted_.assign(n, 0.0);
 
     // Speeds: samples per second of compute. A transient rank's current figure
@@ -101,6 +113,20 @@ class DdPolicy final : public Policy {
       largest_move = std::max(largest_move, fraction);
       if (delta >= 1 && fraction > options_.threshold) moved = true;
     }
+    if (early) {
+      // Batches only: the Monitor's classes (transient, bursty) need the warm-up's steps.
+      if (largest_move <= kEarlyMove) return std::nullopt;
+      early_done_ = true;
+      std::vector<RankPlan> plans(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        plans[i] = plan_for_batch(target[i], ctx.micro_batch_cap);
+        plans[i].late = ctx.plans[i].late;
+        plans[i].staleness = ctx.plans[i].staleness;
+      }
+      reason_ = cat("early split at step ", ctx.step, ": largest batch move ", std::lround(largest_move * 100), "% > ",
+                    std::lround(kEarlyMove * 100), "%");
+      return plans;
+    }
     const bool may_change = !changed_at_ || ctx.step >= *changed_at_ + options_.interval;
     const bool rebalance = moved && may_change;
     if (rebalance) batches = target;
@@ -136,7 +162,8 @@ class DdPolicy final : public Policy {
   std::vector<double> trusted_;   // per rank: last speed measured while not transient
   std::vector<std::optional<std::uint64_t>> last_bursty_;  // per rank: last step a look found it bursty
   std::vector<double> speeds_, scratch_;
-  std::optional<std::uint64_t> changed_at_;
+  std::optional<std::uint64_t> changed_at_;  // the early split does not count: the warm-up's end may correct it
+  bool early_done_ = false;
   std::uint64_t last_transient_ = 0;
   std::string cause_;             // of the latest defer
   std::string reason_;
@@ -150,6 +177,7 @@ std::unique_ptr<Policy> make_dd_policy(std::string_view config_json) {
   o.threshold = reader.number("threshold", o.threshold, 0, 10);
   o.interval = reader.integer("interval", o.interval, 1, 1'000'000'000);
   o.warmup = reader.integer("warmup", o.warmup, 0, 1'000'000'000);
+  o.early_split = reader.integer("early_split", o.early_split, 0, 1'000'000'000);
   o.staleness = static_cast<std::uint32_t>(reader.integer("staleness", o.staleness, 1, 1024));
   o.defer_transients = reader.boolean("defer_transients", o.defer_transients);
   o.jitter = reader.number("jitter", o.jitter, 0, 1000);

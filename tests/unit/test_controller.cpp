@@ -202,7 +202,8 @@ TEST(Controller, BspKeepsEqualPlansForever) {
 }
 
 TEST(Controller, DdGivesASlowRankABatchInProportionToItsSpeed) {
-  Job job(4, 400, "antdt-dd", R"({"warmup": 5, "interval": 10})");
+  // The full split at the warm-up's end (the early one is the next test's).
+  Job job(4, 400, "antdt-dd", R"({"warmup": 5, "interval": 10, "early_split": 0})");
   std::optional<Decision> first;
   for (int s = 0; s < 40 && !first; ++s) {
     first = job.run_step([](int r, std::uint64_t) { return r == 3 ? 3.0 : 1.0; });
@@ -220,6 +221,46 @@ TEST(Controller, DdGivesASlowRankABatchInProportionToItsSpeed) {
   EXPECT_GT(first->effective_step, first->decided_after);
   // Balanced now: per-sample speed is unchanged, so no further decision.
   for (int s = 0; s < 100; ++s) EXPECT_FALSE(job.run_step([](int r, std::uint64_t) { return r == 3 ? 3.0 : 1.0; }));
+}
+
+// Before the warm-up ends, one early split for a rank far slower than the
+// others (its batch moves by more than half); a milder one waits for the
+// warm-up; the split at the warm-up's end may correct the early one whatever
+// the interval.
+TEST(Controller, DdSplitsEarlyOnlyForAFarSlowerRank) {
+  auto decisions = [](std::string_view config, const std::function<double(int, std::uint64_t)>& factor) {
+    Job job(4, 400, "antdt-dd", config);
+    std::vector<Decision> out;
+    for (int s = 0; s < 30; ++s)
+      if (auto d = job.run_step(factor)) out.push_back(*d);
+    return out;
+  };
+  const auto third = [](int r, std::uint64_t) { return r == 3 ? 3.0 : 1.0; };
+  const auto early = decisions(R"({"warmup": 5, "interval": 10})", third);
+  ASSERT_EQ(early.size(), 1u);  // the warm-up's end finds nothing left to move
+  EXPECT_EQ(early[0].decided_after, 2u);
+  EXPECT_EQ(early[0].plans[3].local_batch, 40u);
+  EXPECT_EQ(early[0].plans[0].local_batch, 120u);
+  EXPECT_EQ(early[0].plans[3].late, LatePolicy::wait);
+  const auto off = decisions(R"({"warmup": 5, "interval": 10, "early_split": 0})", third);
+  ASSERT_EQ(off.size(), 1u);
+  EXPECT_EQ(off[0].decided_after, 5u);
+  EXPECT_EQ(off[0].plans[3].local_batch, 40u);
+
+  // 1.5x slower: 100 -> 73 samples, a move of 27%: no early split.
+  const auto mild = decisions(R"({"warmup": 5, "interval": 10})", [](int r, std::uint64_t) { return r == 3 ? 1.5 : 1.0; });
+  ASSERT_GE(mild.size(), 1u);
+  EXPECT_EQ(mild[0].decided_after, 5u);
+
+  // 4x slower only in the first three steps (one-time costs): the early split
+  // is corrected at the warm-up's end, not `interval` steps after it.
+  const auto passing = decisions(R"({"warmup": 5, "interval": 10})",
+                                 [](int r, std::uint64_t step) { return r == 3 && step <= 2 ? 4.0 : 1.0; });
+  ASSERT_GE(passing.size(), 2u);
+  EXPECT_EQ(passing[0].decided_after, 2u);
+  EXPECT_LT(passing[0].plans[3].local_batch, 40u);
+  EXPECT_EQ(passing[1].decided_after, 5u);
+  EXPECT_GT(passing[1].plans[3].local_batch, passing[0].plans[3].local_batch);
 }
 
 TEST(Controller, DdClampsAndMicroBatchCap) {
