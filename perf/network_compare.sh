@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The network path (docs/benchmarks.md#network-path), in one go and interleaved,
 # on this machine: ucx_perftest tag_bw over TCP (server and client on localhost;
-# and two pairs at once in opposite directions, which is what each direction
-# of a 2-rank ring can get), an antdt collective over UCX/TCP with antdt's
+# and two pairs at once in opposite directions: four processes on the cores,
+# a reference, not a ceiling of a 2-rank ring, docs/benchmarks.md), an antdt collective over UCX/TCP with antdt's
 # shared memory off (UCX_TLS=tcp,self ANTDT_SHM_MAX_BYTES=0
 # ANTDT_SHM_BULK_BYTES=0), and, for AllReduce, Open MPI over TCP (--mca pml
 # ob1 --mca btl tcp,self), for each rank count. Prints medians of busbw (GB/s
