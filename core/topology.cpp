@@ -178,6 +178,26 @@ std::string format_cpu_list(const std::vector<unsigned>& cpus) {
   return out;
 }
 
+std::size_t largest_cache_bytes() noexcept {
+  static const std::size_t bytes = [] {
+    hwloc_topology_t topo = nullptr;
+    if (hwloc_topology_init(&topo) != 0) return std::size_t{0};
+    std::size_t largest = 0;
+    // CPUs and caches only: no I/O devices to scan (nor the leaking "pci" plugin, as in detect()).
+    hwloc_topology_set_components(topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "pci");
+    if (hwloc_topology_load(topo) == 0) {
+      for (hwloc_obj_type_t type : {HWLOC_OBJ_L1CACHE, HWLOC_OBJ_L2CACHE, HWLOC_OBJ_L3CACHE, HWLOC_OBJ_L4CACHE,
+                                    HWLOC_OBJ_L5CACHE}) {
+        const hwloc_obj_t cache = hwloc_get_obj_by_type(topo, type, 0);
+        if (cache && cache->attr) largest = std::max(largest, static_cast<std::size_t>(cache->attr->cache.size));
+      }
+    }
+    hwloc_topology_destroy(topo);
+    return largest;
+  }();
+  return bytes;
+}
+
 Topology Topology::detect() {
   Topology t;
   t.hwloc_ = std::make_shared<Hwloc>();

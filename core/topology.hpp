@@ -102,4 +102,10 @@ class Topology {
 // "0-3,8,10-11": a compact list of CPU numbers for messages.
 std::string format_cpu_list(const std::vector<unsigned>& cpus);
 
+// The size of this machine's largest CPU cache (one instance: the L3 shared by
+// a group of cores, where it has one), found by hwloc once per process; 0 when
+// hwloc reports no cache. Data larger than this does not stay in cache between
+// two passes over it.
+std::size_t largest_cache_bytes() noexcept;
+
 }  // namespace antdt

@@ -13,6 +13,7 @@
 #include "collectives/collectives.hpp"
 #include "core/dtype.hpp"
 #include "core/shm_channel.hpp"
+#include "core/topology.hpp"
 
 #include <gtest/gtest.h>
 
@@ -195,6 +196,33 @@ INSTANTIATE_TEST_SUITE_P(Ranks, ShmAllreduce,
                          [](const auto& param_info) {
                            return cat(to_string(std::get<0>(param_info.param)), "_", std::get<1>(param_info.param), "ranks");
                          });
+
+// A vector larger than the largest cache takes the streaming copy-out
+// (allreduce_shm_bulk.cpp): the default 512 KiB blocks, out of place and in
+// place, exact u32 sums on every rank.
+TEST(ShmAllreduceBulk, AVectorLargerThanTheCachesIsReducedExactly) {
+  const std::size_t cache = largest_cache_bytes();
+  if (cache == 0 || cache > (std::size_t{128} << 20))
+    GTEST_SKIP() << "hwloc reports a largest cache of " << cache << " bytes; this test needs one of 1 B..128 MiB";
+  const std::size_t count = (cache + (std::size_t{1} << 20)) / sizeof(std::uint32_t) + 7;
+  Config cfg = test_config();
+  cfg.allreduce_algo = AllreduceAlgo::shm;
+  expect_all_ok(run_ranks(
+      2, TransportKind::inproc,
+      [&](Communicator& comm) {
+        const auto r = static_cast<std::uint32_t>(comm.rank());
+        std::vector<std::uint32_t> send(count), recv(count, 0xdeadbeef);
+        for (std::size_t i = 0; i < count; ++i) send[i] = static_cast<std::uint32_t>(i) * 3 + r;
+        comm.allreduce(send.data(), recv.data(), count, DataType::u32, ReduceOp::sum);
+        comm.allreduce(send.data(), send.data(), count, DataType::u32, ReduceOp::sum);
+        for (std::size_t i = 0; i < count; ++i) {
+          const std::uint32_t want = static_cast<std::uint32_t>(i) * 6 + 1;
+          if (recv[i] != want || send[i] != want)
+            throw std::runtime_error(cat("element ", i, ": ", recv[i], " out of place, ", send[i], " in place, not ", want));
+        }
+      },
+      cfg));
+}
 
 TEST(ShmAllreduceWait, SleepingReadersAreWokenByTheWriter) {
   // ANTDT_PROGRESS=wake: readers go to sleep on the futex at once; the last

@@ -304,5 +304,27 @@ TEST(TopologyFormat, CpuList) {
   EXPECT_EQ(format_cpu_list({3, 1, 2, 2}), "1-3");
 }
 
+// The largest cache hwloc reports is the largest "size" under
+// /sys/devices/system/cpu/cpu*/cache (read here without hwloc).
+TEST(Topology, LargestCacheMatchesSysfs) {
+  std::size_t sysfs = 0;
+  for (int cpu = 0; cpu < 1024; ++cpu) {
+    bool any = false;
+    for (int index = 0; index < 8; ++index) {
+      std::ifstream in("/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/cache/index" + std::to_string(index) + "/size");
+      std::string text;
+      if (!(in >> text)) continue;
+      any = true;
+      std::size_t value = std::stoull(text);
+      if (text.back() == 'K') value <<= 10;
+      if (text.back() == 'M') value <<= 20;
+      sysfs = std::max(sysfs, value);
+    }
+    if (!any && cpu > 0) break;
+  }
+  if (sysfs == 0) GTEST_SKIP() << "sysfs lists no CPU caches here";
+  EXPECT_EQ(largest_cache_bytes(), sysfs);
+}
+
 }  // namespace
 }  // namespace antdt
