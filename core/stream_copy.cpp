@@ -11,6 +11,7 @@
 namespace antdt {
 
 void stream_copy(void* dst, const void* src, std::size_t bytes) noexcept {
+  if (bytes == 0) return;  // dst and src may then be null, which memcpy may not be given
 #if defined(__x86_64__)
   auto* d = static_cast<std::byte*>(dst);
   const auto* s = static_cast<const std::byte*>(src);

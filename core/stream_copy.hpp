@@ -11,7 +11,7 @@
 
 namespace antdt {
 
-// dst and src do not overlap. The stores are weakly ordered: call
+// dst and src do not overlap (either may be null when bytes is 0). The stores are weakly ordered: call
 // stream_fence() before another thread or process may read dst.
 void stream_copy(void* dst, const void* src, std::size_t bytes) noexcept;
 void stream_fence() noexcept;
