@@ -43,7 +43,6 @@ namespace antdt::coll {
 namespace {
 
 
-
 constexpr std::size_t kSliceAlignBytes = 64;  // slices start on cache lines where the block allows
 
 // One block of the vector, as a channel round.
@@ -94,10 +93,10 @@ void allreduce_shm_bulk(Call& call, const std::byte* send, std::byte* recv, std:
   // The peers' slices go to the result with streaming stores when the vector
   // is larger than the largest cache: it will not be read again from cache,
   // and a cached store would first read each of its lines from memory (2
-  // ranks, 64 MiB, out of place: +13 %, docs/collectives.md). Below that the
-  // result may stay cached for the caller's next pass (in place, 8 MiB: -10 %
-  // with streaming stores).
-  static const std::size_t cache_bytes = largest_cache_bytes();
+  // ranks, 64 MiB, out of place: 5.23 -> 6.24 GB/s busbw, docs/collectives.md).
+  // Below that the result may stay cached for the caller's next pass (in
+  // place, 8 MiB: -10 % with streaming stores).
+  const std::size_t cache_bytes = largest_cache_bytes();  // found once per process
   const bool stream_out = cache_bytes > 0 && count * esize > cache_bytes;
   // Every rank's copy of this rank's slice (grow-only per thread: no allocation per call once warm).
   thread_local std::vector<const std::byte*> slice_storage;

@@ -117,15 +117,9 @@ class DdPolicy final : public Policy {
       // Batches only: the Monitor's classes (transient, bursty) need the warm-up's steps.
       if (largest_move <= kEarlyMove) return std::nullopt;
       early_done_ = true;
-      std::vector<RankPlan> plans(n);
-      for (std::size_t i = 0; i < n; ++i) {
-        plans[i] = plan_for_batch(target[i], ctx.micro_batch_cap);
-        plans[i].late = ctx.plans[i].late;
-        plans[i].staleness = ctx.plans[i].staleness;
-      }
       reason_ = cat("early split at step ", ctx.step, ": largest batch move ", std::lround(largest_move * 100), "% > ",
                     std::lround(kEarlyMove * 100), "%");
-      return plans;
+      return plans_for(target, ctx.plans[0].late, ctx.plans[0].staleness, ctx.micro_batch_cap);
     }
     const bool may_change = !changed_at_ || ctx.step >= *changed_at_ + options_.interval;
     const bool rebalance = moved && may_change;
@@ -142,12 +136,7 @@ class DdPolicy final : public Policy {
       late = LatePolicy::wait;
     }
 
-    std::vector<RankPlan> plans(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      plans[i] = plan_for_batch(batches[i], ctx.micro_batch_cap);
-      plans[i].late = late;
-      plans[i].staleness = options_.staleness;
-    }
+    std::vector<RankPlan> plans = plans_for(batches, late, options_.staleness, ctx.micro_batch_cap);
     if (std::equal(plans.begin(), plans.end(), ctx.plans.begin(), ctx.plans.end())) return std::nullopt;
     if (rebalance) changed_at_ = ctx.step;
     reason_ = rebalance ? cat("rebalance: largest batch move ", std::lround(largest_move * 100), "% > ",
@@ -158,6 +147,18 @@ class DdPolicy final : public Policy {
   }
 
  private:
+  // One plan per rank: its batch, and the one late policy and bound of the step.
+  static std::vector<RankPlan> plans_for(const std::vector<std::uint64_t>& batches, LatePolicy late,
+                                         std::uint32_t staleness, std::uint64_t micro_batch_cap) {
+    std::vector<RankPlan> plans(batches.size());
+    for (std::size_t i = 0; i < batches.size(); ++i) {
+      plans[i] = plan_for_batch(batches[i], micro_batch_cap);
+      plans[i].late = late;
+      plans[i].staleness = staleness;
+    }
+    return plans;
+  }
+
   DdOptions options_;
   std::vector<double> trusted_;   // per rank: last speed measured while not transient
   std::vector<std::optional<std::uint64_t>> last_bursty_;  // per rank: last step a look found it bursty

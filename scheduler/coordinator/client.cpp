@@ -58,10 +58,14 @@ void CoordinatorClient::connect(Clock::time_point deadline, bool reconnect) {
   }
 }
 
+Bytes CoordinatorClient::encode_with_kept_report(const Request& request) {
+  return encode(Envelope{std::exchange(pending_report_, std::nullopt), request});
+}
+
 Bytes CoordinatorClient::call(const Request& request) {
   ANTDT_CHECK_ARG(static_cast<bool>(link_), "coordinator client: the session of rank ", rank_, " is closed (bye)");
   // A kept report goes with this request, and is sent again with it after a reconnection.
-  const Bytes payload = encode(Envelope{std::exchange(pending_report_, std::nullopt), request});
+  const Bytes payload = encode_with_kept_report(request);
   const auto deadline = Clock::now() + timeout_;
   for (;;) {
     try {
@@ -131,7 +135,7 @@ void CoordinatorClient::bye(bool restarting) {
   if (!link_) return;
   try {
     const auto deadline = Clock::now() + timeout_;
-    link_.send(encode(Envelope{std::exchange(pending_report_, std::nullopt), Request{Bye{restarting}}}), deadline);
+    link_.send(encode_with_kept_report(Request{Bye{restarting}}), deadline);
     if (auto reply = link_.receive(deadline)) decode_ack(*reply);
   } catch (const Error& e) {
     ANTDT_WARN("rank ", rank_, ": bye to the coordinator failed: ", e.what());

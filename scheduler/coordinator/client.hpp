@@ -63,6 +63,8 @@ class CoordinatorClient {
 
  private:
   void connect(std::chrono::steady_clock::time_point deadline, bool reconnect);
+  // The request's frame, with the kept report (if any) in front; the report is no longer kept.
+  Bytes encode_with_kept_report(const Request& request);
   Bytes call(const Request& request);
 
   net::Endpoint address_;
