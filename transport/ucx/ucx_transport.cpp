@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -178,6 +179,17 @@ bool shared_memory_transports_enabled() {
   return false;
 }
 
+// Sets UCX's setting `key` to `value` in `config` unless the user set its
+// variable `env_name`: a value the user chose wins. `key` is what
+// ucp_config_modify matches against a transport's own table: the variable's
+// name without "UCX_" and, for some transports (TCP), without the transport's
+// prefix too (UCX warns "invalid configurations" for a key nothing took).
+void default_ucx_setting(ucp_config_t& config, const char* env_name, const char* key, const char* value) {
+  if (std::getenv(env_name) != nullptr) return;
+  if (ucp_config_modify(&config, key, value) != UCS_OK)
+    ANTDT_INFO("ucx transport: could not set ", env_name, "=", value, "; keeping UCX's default");
+}
+
 bool all_finished(std::span<Completion* const> ops) noexcept {
   return std::all_of(ops.begin(), ops.end(), [](const Completion* op) { return !op->pending(); });
 }
@@ -235,6 +247,7 @@ class UcxTransport final : public Transport {
   int rank() const noexcept override { return rank_; }
   int size() const noexcept override { return size_; }
   std::string_view name() const noexcept override { return "ucx"; }
+  std::string endpoint_info(int peer);
 
   void post_send(int peer, std::uint64_t tag, std::span<const std::byte> payload, Completion& done) override;
   void post_recv(int peer, std::uint64_t tag, std::span<std::byte> payload, Completion& done) override;
@@ -457,9 +470,17 @@ UcxTransport::UcxTransport(Bootstrap& boot, const Config& cfg, const UcxOptions&
   // UCX_TLS without a shared-memory transport (tcp,self: the network path)
   // has no FIFO, and UCX would warn that the setting is invalid.
   constexpr int kFifoRanks = 16;
-  if (std::getenv("UCX_MM_FIFO_SIZE") == nullptr && size_ <= kFifoRanks && shared_memory_transports_enabled() &&
-      ucp_config_modify(config.get(), "MM_FIFO_SIZE", "256") != UCS_OK)
-    ANTDT_INFO("ucx transport: could not set MM_FIFO_SIZE=256; keeping UCX's default");
+  if (size_ <= kFifoRanks && shared_memory_transports_enabled())
+    default_ucx_setting(*config, "UCX_MM_FIFO_SIZE", "MM_FIFO_SIZE", "256");
+  // UCX's TCP transport copies messages up to its send segment (8 KiB by
+  // default) in one piece and sends larger ones by rendezvous, a round trip
+  // before any data moves. A 2-rank ring step of 32 KiB then took ~75 us
+  // where one copy takes ~30 (ucx_perftest tag_lat). 64 KiB segments (the
+  // receive segment must hold a whole one) made a 64 KiB AllReduce over TCP
+  // 3-4x faster and a 4-rank 256 KiB one 2x (docs/benchmarks.md#network-path).
+  // TCP only: shared memory and RDMA keep their own settings.
+  default_ucx_setting(*config, "UCX_TCP_TX_SEG_SIZE", "TX_SEG_SIZE", "64K");
+  default_ucx_setting(*config, "UCX_TCP_RX_SEG_SIZE", "RX_SEG_SIZE", "128K");
 
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
@@ -1449,6 +1470,28 @@ void UcxTransport::drain_unexpected(Deadline until) {
       ucp_request_free(request);  // released now, or by UCX when it completes
     }
   }
+}
+
+std::string UcxTransport::endpoint_info(int peer) {
+  check_peer(peer, size_, "ucx_endpoint_info");
+  WorkerLock lock(*this);
+  const ucp_ep_h ep = peers_[static_cast<std::size_t>(peer)].ep;
+  if (ep == nullptr) raise<TransportError>("ucx_endpoint_info: the endpoint to rank ", peer, " is closed");
+  char* text = nullptr;
+  std::size_t length = 0;
+  FILE* stream = ::open_memstream(&text, &length);
+  if (stream == nullptr) raise<TransportError>("ucx_endpoint_info: open_memstream failed: ", std::strerror(errno));
+  ucp_ep_print_info(ep, stream);
+  std::fclose(stream);
+  std::string info(text, length);
+  std::free(text);
+  return info;
+}
+
+std::string ucx_endpoint_info(Transport& transport, int peer) {
+  auto* ucx = dynamic_cast<UcxTransport*>(&transport);
+  ANTDT_CHECK_ARG(ucx != nullptr, "ucx_endpoint_info: the transport is '", transport.name(), "', not ucx");
+  return ucx->endpoint_info(peer);
 }
 
 std::unique_ptr<Transport> make_ucx_transport(Bootstrap& boot, const Config& cfg, const UcxOptions& options) {

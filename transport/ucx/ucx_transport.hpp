@@ -46,7 +46,9 @@
 // shared-memory transports out of such endpoints unless UCX_POSIX_ERROR_HANDLING
 // and UCX_SYSV_ERROR_HANDLING are "y", so the first transport created sets both
 // to "y" in the environment unless the user set them, and UCX_KEEPALIVE_INTERVAL
-// to 2s (UCX's 20 s would leave a dead rank unnoticed that long).
+// to 2s (UCX's 20 s would leave a dead rank unnoticed that long). Over TCP
+// each transport asks UCX for 64 KiB send segments (ucx_transport.cpp: messages
+// below the split go in one copy, not by rendezvous) unless the user set them.
 //
 // Cancel: a receive not yet matched ends at once. UCX cannot take back a send;
 // one the peer does not receive within 5 s (200 ms after an abort) is ended by
@@ -65,6 +67,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace antdt::transport {
@@ -83,6 +86,12 @@ struct UcxOptions {
 // Exchanges worker addresses through `boot` (one allgather, so every rank of
 // the group must call this) and creates an endpoint to every rank, itself included.
 std::unique_ptr<Transport> make_ucx_transport(Bootstrap& boot, const Config& cfg, const UcxOptions& options = {});
+
+// What UCX chose for the endpoint to `peer` (ucp_ep_print_info's text: its
+// lanes and, per operation, the byte ranges of each protocol: eager short,
+// bcopy, zcopy, rendezvous). For tests and diagnostics; `transport` must come
+// from make_ucx_transport.
+std::string ucx_endpoint_info(Transport& transport, int peer);
 
 // The control message a rank sends to its peers when it aborts. Exposed for
 // tests: decode checks lengths, magic and version, and rejects anything else.
