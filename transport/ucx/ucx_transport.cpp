@@ -119,6 +119,13 @@ constexpr std::uint32_t kAbortMagic = 0x41445441;  // "ADTA"
 constexpr std::uint16_t kAbortVersion = 1;
 constexpr std::size_t kAbortFixedBytes = 20;
 constexpr std::size_t kAbortMaxBytes = kAbortFixedBytes + kMaxAbortReasonBytes;
+// Leave control message, sent by a closing transport to every live peer after
+// its last messages were flushed: magic u32, version u16, reserved u16,
+// origin i32. Little-endian. The peer then knows nothing more comes from it.
+constexpr std::uint32_t kLeaveMagic = 0x4C445441;  // "ATDL"
+constexpr std::uint16_t kLeaveVersion = 1;
+constexpr std::size_t kLeaveBytes = 12;
+static_assert(kLeaveBytes <= kAbortMaxBytes, "the control receive buffer holds a leave message");
 
 // ---------------------------------------------------------------------------
 // RAII for UCP objects
@@ -215,6 +222,28 @@ std::vector<std::byte> encode_abort_message(const AbortInfo& info) {
   return out.take();
 }
 
+std::vector<std::byte> encode_leave_message(int origin_rank) {
+  wire::ByteWriter out;
+  out.buffer().reserve(kLeaveBytes);
+  out.put_le(kLeaveMagic);
+  out.put_le(kLeaveVersion);
+  out.put_le(std::uint16_t{0});
+  out.put_le(static_cast<std::uint32_t>(origin_rank));
+  return out.take();
+}
+
+std::optional<int> decode_leave_message(std::span<const std::byte> bytes, int size) {
+  if (bytes.size() != kLeaveBytes) return std::nullopt;
+  wire::ByteReader in(bytes, "UCX leave message");
+  const auto magic = in.get_le<std::uint32_t>();
+  const auto version = in.get_le<std::uint16_t>();
+  const auto reserved = in.get_le<std::uint16_t>();
+  const auto origin = static_cast<std::int32_t>(in.get_le<std::uint32_t>());
+  if (magic != kLeaveMagic || version != kLeaveVersion || reserved != 0) return std::nullopt;
+  if (origin < 0 || origin >= size) return std::nullopt;
+  return origin;
+}
+
 std::optional<AbortInfo> decode_abort_message(std::span<const std::byte> bytes, int size) {
   // Anything malformed is not an abort message (nullopt), so the sizes are
   // checked before the reader could raise.
@@ -300,6 +329,10 @@ class UcxTransport final : public Transport {
     std::uint64_t next_split = 0;  // the split number of the next split message to this peer
     bool failed = false;
     bool failure_handled = false;
+    bool failure_reported = false;  // logged (handle_peer_failures, or fail_peer itself)
+    // It sent its leave message (it closed its transport): its endpoint
+    // failing afterwards is its departure, not a fault.
+    bool left = false;
     std::string failure;  // "peer rank N failed: ..."
   };
 
@@ -376,6 +409,9 @@ class UcxTransport final : public Transport {
   void push_abort_messages(Deadline until);
   void drain_abort_sends() noexcept;
   void handle_peer_failures();
+  void handle_peer_left(int rank);
+  void send_leave_messages();
+  bool flush_worker(Clock::duration bound);
   void close_endpoint(Peer& peer, bool force);
   void fail_peer(int rank, std::string failure);
   void record_abort(const AbortInfo& info);
@@ -421,6 +457,7 @@ class UcxTransport final : public Transport {
   ucs_status_t control_rx_status_ = UCS_OK;
   std::size_t control_rx_length_ = 0;
   std::vector<std::byte> control_tx_;
+  std::vector<std::byte> leave_tx_;  // the leave message, alive until the worker goes
   int control_sends_in_flight_ = 0;
   bool abort_sent_ = false;
   bool peer_failure_pending_ = false;
@@ -1165,12 +1202,25 @@ void UcxTransport::on_peer_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status
   auto* peer = static_cast<Peer*>(arg);
   if (peer->failed) return;
   peer->failed = true;
-  peer->failure = cat("peer rank ", peer->rank, " failed: ", ucs_status_string(status));
+  peer->failure = peer->left ? cat("peer rank ", peer->rank, " failed: it closed its transport")
+                             : cat("peer rank ", peer->rank, " failed: ", ucs_status_string(status));
   peer->owner->peer_failure_pending_ = true;
   if (!peer->owner->closing_) peer->owner->record_lost(peer->rank, peer->failure);
-  // While closing, peers that closed first are expected to be gone.
-  const LogLevel level = peer->owner->closing_ ? LogLevel::info : LogLevel::warn;
-  if (log::enabled(level)) log::write(level, cat("ucx transport: rank ", peer->owner->rank_, ": ", peer->failure));
+  // Logged by handle_peer_failures(), after the control messages of this
+  // round: a leave message that arrived just before makes it a departure.
+}
+
+void UcxTransport::handle_peer_left(int rank) {
+  Peer& peer = peers_[static_cast<std::size_t>(rank)];
+  peer.left = true;
+  if (peer.failed || rank == rank_) return;
+  // It flushed everything it sent before this message: a receive from it
+  // that is still unmatched never will be. Fail it now rather than when the
+  // connection's end is noticed (on shared memory, by the keepalive).
+  peer.failed = true;
+  peer.failure = cat("peer rank ", rank, " failed: it closed its transport");
+  if (!closing_) record_lost(rank, peer.failure);
+  peer_failure_pending_ = true;
 }
 
 void UcxTransport::fail_peer(int rank, std::string failure) {
@@ -1178,6 +1228,7 @@ void UcxTransport::fail_peer(int rank, std::string failure) {
   if (!peer.failed) {
     peer.failed = true;
     peer.failure = std::move(failure);
+    peer.failure_reported = true;
     log::write(LogLevel::warn, cat("ucx transport: rank ", rank_, ": ", peer.failure));
     if (!closing_) record_lost(rank, peer.failure);
   }
@@ -1225,6 +1276,13 @@ void UcxTransport::handle_peer_failures() {
   for (Peer& peer : peers_) {
     if (!peer.failed || peer.failure_handled) continue;
     peer.failure_handled = true;
+    if (!peer.failure_reported) {
+      peer.failure_reported = true;
+      // Peers that closed their transports, or any peer once this one is
+      // closing, are expected to go: that is not worth a warning.
+      const LogLevel level = closing_ || peer.left ? LogLevel::info : LogLevel::warn;
+      if (log::enabled(level)) log::write(level, cat("ucx transport: rank ", rank_, ": ", peer.failure));
+    }
     // UCX wants a failed endpoint closed by force; that also ends our sends to it.
     close_endpoint(peer, /*force=*/true);
     // Receives are not tied to an endpoint: end the ones waiting for this peer.
@@ -1338,6 +1396,14 @@ void UcxTransport::on_control_recv(void* request, ucs_status_t status, const ucp
   self->control_rx_request_ = nullptr;
   self->control_rx_status_ = status;
   self->control_rx_length_ = info != nullptr ? info->length : 0;
+  // A leave message is marked at once: the end of the peer's connection may
+  // be reported in this same progress round, before handle_events() runs.
+  if (status == UCS_OK) {
+    const auto bytes = std::span<const std::byte>(self->control_rx_.data(),
+                                                  std::min(self->control_rx_length_, self->control_rx_.size()));
+    if (auto origin = decode_leave_message(bytes, self->size_))
+      self->peers_[static_cast<std::size_t>(*origin)].left = true;
+  }
   // Parsed and re-posted by handle_events(), outside UCX's callback.
   self->control_rx_ready_ = true;
 }
@@ -1377,6 +1443,8 @@ void UcxTransport::handle_control_message(ucs_status_t status, std::size_t lengt
   const auto bytes = std::span<const std::byte>(control_rx_.data(), std::min(length, control_rx_.size()));
   if (auto info = decode_abort_message(bytes, size_)) {
     record_abort(*info);
+  } else if (auto origin = decode_leave_message(bytes, size_)) {
+    handle_peer_left(*origin);
   } else {
     log::write(LogLevel::warn, cat("ucx transport: rank ", rank_, ": dropped a malformed control message of ",
                                    length, " bytes"));
@@ -1417,15 +1485,12 @@ void UcxTransport::close() noexcept {
 
     const auto flush_bound = aborted() ? std::chrono::duration_cast<Clock::duration>(kFlushBoundAborted)
                                        : std::chrono::duration_cast<Clock::duration>(kFlushBound);
-    bool flushed = true;
-    ucp_request_param_t flush_param{};
-    void* flush = ucp_worker_flush_nbx(worker_.get(), &flush_param);
-    if (UCS_PTR_IS_ERR(flush)) {
-      flushed = false;
-    } else if (flush != nullptr) {
-      flushed = progress_until_complete(flush, Clock::now() + flush_bound) &&
-                ucp_request_check_status(flush) == UCS_OK;
-      ucp_request_free(flush);
+    bool flushed = flush_worker(flush_bound);
+    if (flushed) {
+      // Everything this rank sent is out: tell the peers nothing more comes,
+      // so they neither wait for it nor take its departure for a fault.
+      send_leave_messages();
+      flushed = flush_worker(flush_bound);
     }
     if (!flushed) {
       ANTDT_INFO("ucx transport: rank ", rank_, ": messages still in flight after ",
@@ -1441,6 +1506,7 @@ void UcxTransport::close() noexcept {
     }
     for (void* request : closing_requests_) ucp_request_free(request);
     closing_requests_.clear();
+    drain_unexpected(Clock::now() + kDrainBound);  // leave messages of peers that closed meanwhile
 
     // Whatever is still pending now never completes: tell its owner.
     for (OpSlot* slot = active_slots_; slot != nullptr; slot = slot->next) {
@@ -1451,6 +1517,36 @@ void UcxTransport::close() noexcept {
     }
   } catch (const std::exception& e) {
     log::write(LogLevel::error, cat("ucx transport: closing rank ", rank_, " failed: ", e.what()));
+  }
+}
+
+bool UcxTransport::flush_worker(Clock::duration bound) {
+  ucp_request_param_t param{};
+  void* flush = ucp_worker_flush_nbx(worker_.get(), &param);
+  if (UCS_PTR_IS_ERR(flush)) return false;
+  if (flush == nullptr) return true;
+  const bool flushed =
+      progress_until_complete(flush, Clock::now() + bound) && ucp_request_check_status(flush) == UCS_OK;
+  ucp_request_free(flush);
+  return flushed;
+}
+
+void UcxTransport::send_leave_messages() {
+  leave_tx_ = encode_leave_message(rank_);
+  for (Peer& peer : peers_) {
+    if (peer.rank == rank_ || peer.failed || peer.ep == nullptr) continue;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+    param.cb.send = &UcxTransport::on_control_sent;
+    param.user_data = this;
+    param.datatype = ucp_dt_make_contig(1);
+    void* request = ucp_tag_send_nbx(peer.ep, leave_tx_.data(), leave_tx_.size(), control_tag(rank_), &param);
+    if (UCS_PTR_IS_ERR(request)) {
+      ANTDT_INFO("ucx transport: rank ", rank_, ": leave message to rank ", peer.rank,
+                 " failed: ", ucs_status_string(UCS_PTR_STATUS(request)));
+    } else if (request != nullptr) {
+      ++control_sends_in_flight_;
+    }
   }
 }
 

@@ -98,5 +98,11 @@ std::string ucx_endpoint_info(Transport& transport, int peer);
 std::vector<std::byte> encode_abort_message(const AbortInfo& info);
 // nullopt for bytes that are not a well-formed abort message from a rank in [0, size).
 std::optional<AbortInfo> decode_abort_message(std::span<const std::byte> bytes, int size);
+// The control message a closing rank sends each live peer once everything it
+// sent was flushed: the peer fails what still waits for it ("peer rank N
+// failed: it closed its transport") and logs its departure at info, not as a
+// fault. decode: the origin, or nullopt for anything else.
+std::vector<std::byte> encode_leave_message(int origin_rank);
+std::optional<int> decode_leave_message(std::span<const std::byte> bytes, int size);
 
 }  // namespace antdt::transport
