@@ -55,6 +55,11 @@ void barrier_dissemination(Call& call);
 // Every rank ends with bit-identical results (each pair reduces lower ⊕ higher).
 void allreduce_recursive_doubling(Call& call, const std::byte* send, std::byte* recv, std::size_t count,
                                   DataType dtype, ReduceOp op);
+// Rabenseifner: reduce-scatter by recursive halving, allgather by recursive
+// doubling, over the same folded power of two; the ring's bytes in 2·log2(p)
+// steps. Every rank ends with bit-identical results (one rank reduces each block).
+void allreduce_rabenseifner(Call& call, const std::byte* send, std::byte* recv, std::size_t count, DataType dtype,
+                            ReduceOp op);
 // Ring reduce-scatter: send holds n blocks of `count` elements; rank r ends
 // with the reduction of block r in recv (which may be send's block r: in place).
 void reduce_scatter_ring(Call& call, const std::byte* send, std::byte* recv, std::size_t count, DataType dtype,

@@ -71,6 +71,7 @@ const char* algo_name(Algo a) {
     case Algo::shm: return "shared-memory";
     case Algo::shm_bulk: return "shared-memory-bulk";
     case Algo::hierarchical: return "hierarchical";
+    case Algo::rabenseifner: return "rabenseifner";
   }
   return "?";
 }

@@ -115,8 +115,13 @@ class CommImpl {
   int node_count() const noexcept { return node_count_; }
   // Every node holds the same number of ranks.
   bool nodes_uniform() const noexcept { return nodes_uniform_; }
+  // Some rank reaches a peer over TCP (every rank's Transport::tcp_links,
+  // combined at set-up, so the same on every rank). Set once, before any collective.
+  void set_tcp_links(bool any) noexcept { tcp_links_ = any; }
+  bool tcp_links() const noexcept { return tcp_links_; }
 
  private:
+  bool tcp_links_ = false;
   std::vector<int> node_of_rank_;
   int node_count_ = 1;
   bool nodes_uniform_ = true;

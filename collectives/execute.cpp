@@ -107,6 +107,8 @@ void run_allreduce_on_host(detail::CommImpl& comm, const CollectiveArgs& a) {
     case Algo::shm_bulk: return allreduce_shm_bulk(call, bytes(a.send), bytes(a.recv), a.count, a.dtype, a.op);
     case Algo::recursive_doubling:
       return allreduce_recursive_doubling(call, bytes(a.send), bytes(a.recv), a.count, a.dtype, a.op);
+    case Algo::rabenseifner:
+      return allreduce_rabenseifner(call, bytes(a.send), bytes(a.recv), a.count, a.dtype, a.op);
     case Algo::hierarchical:
       return allreduce_hierarchical(call, bytes(a.send), bytes(a.recv), a.count, a.dtype, a.op);
     default: return allreduce_ring(call, bytes(a.send), bytes(a.recv), a.count, a.dtype, a.op);

@@ -76,6 +76,8 @@ constexpr Row kRows[] = {
      Algo::none, "allreduce", "ANTDT_ALGO=ring"},
     {Kind::allreduce, [](const SelectionInput& in) { return in.forced == AllreduceAlgo::recursive_doubling; },
      Algo::recursive_doubling, Algo::none, "allreduce", "ANTDT_ALGO=recursive_doubling"},
+    {Kind::allreduce, [](const SelectionInput& in) { return in.forced == AllreduceAlgo::rabenseifner; },
+     Algo::rabenseifner, Algo::none, "allreduce", "ANTDT_ALGO=rabenseifner"},
     {Kind::allreduce, forced_hierarchical, Algo::hierarchical, Algo::none, "allreduce", "ANTDT_ALGO=hierarchical"},
     {Kind::allreduce, [](const SelectionInput& in) { return auto_hierarchical(in, in.bytes); },
      Algo::hierarchical, Algo::none, "allreduce",
@@ -87,6 +89,14 @@ constexpr Row kRows[] = {
      },
      Algo::recursive_doubling, Algo::none, "allreduce",
      "at most recursive_doubling_max_bytes(ranks) (the alpha-beta-gamma model's crossover)"},
+    {Kind::allreduce,
+     [](const SelectionInput& in) {
+       return in.tcp_links && in.nranks >= 2 && (in.nranks & (in.nranks - 1)) == 0 &&
+              in.bytes >= kRabenseifnerMinBytes && in.bytes <= kRabenseifnerMaxBytes;
+     },
+     Algo::rabenseifner, Algo::none, "allreduce",
+     "some rank reaches a peer over TCP, a power-of-two rank count, kRabenseifnerMinBytes to "
+     "kRabenseifnerMaxBytes: recursive halving and doubling, 2 log2(n) steps"},
     {Kind::allreduce, [](const SelectionInput&) { return true; }, Algo::ring, Algo::none, "allreduce",
      "above the crossover (or one rank)"},
     {Kind::broadcast, forced_hierarchical, Algo::hierarchical, Algo::none, "broadcast", "ANTDT_ALGO=hierarchical"},
@@ -173,6 +183,7 @@ SelectionInput selection_input(const detail::CommImpl& comm, Kind kind, std::siz
   in.bulk_usable = !comm.shm_tried(detail::ShmArea::bulk) || comm.shm(detail::ShmArea::bulk) != nullptr;
   in.nodes = comm.node_count();
   in.nodes_uniform = comm.nodes_uniform();
+  in.tcp_links = comm.tcp_links();
   return in;
 }
 

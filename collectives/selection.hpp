@@ -38,6 +38,7 @@ struct SelectionInput {
   // to sets both from its contributors (nranks: their number).
   int nodes = 1;
   bool nodes_uniform = true;
+  bool tcp_links = false;  // some rank reaches a peer over TCP (CommImpl::tcp_links)
 };
 
 // From this many bytes up, ranks on more than one node (the same number on
@@ -46,6 +47,17 @@ struct SelectionInput {
 // step's contributors, Broadcast (the payload), ReduceScatter (each rank's
 // input: all blocks), AllGather(v) (the gathered output). Below it the flat ones.
 inline constexpr std::size_t kHierarchicalMinBytes = 256 * 1024;
+
+// Where some rank reaches a peer over TCP, power-of-two rank counts run
+// Rabenseifner's AllReduce (collectives/allreduce_rabenseifner.cpp) for
+// vectors in [kRabenseifnerMinBytes, kRabenseifnerMaxBytes]: over TCP a step
+// costs tens of microseconds, and it takes 2·log2(n) steps where the ring takes
+// 2(n-1). Below, its halves of 128 KiB and less lose to the ring's smaller
+// messages (UCX sends them eagerly); above, the ring's pipeline wins
+// (docs/benchmarks.md#rabenseifner-over-tcp). Over memory it is 2-4x slower
+// than the ring at 4 ranks, so only TCP links choose it.
+inline constexpr std::size_t kRabenseifnerMinBytes = 512 * 1024;
+inline constexpr std::size_t kRabenseifnerMaxBytes = 2 * 1024 * 1024;
 
 // The chosen row.
 struct Selection {

@@ -158,10 +158,10 @@ constexpr std::array<std::pair<std::string_view, LogLevel>, 4> kLogLevels{{
     {"error", LogLevel::error}, {"warn", LogLevel::warn}, {"info", LogLevel::info}, {"trace", LogLevel::trace}}};
 constexpr std::array<std::pair<std::string_view, std::string_view>, 2> kTransports{{
     {"ucx", "ucx"}, {"inproc", "inproc"}}};
-constexpr std::array<std::pair<std::string_view, AllreduceAlgo>, 5> kAlgos{{
+constexpr std::array<std::pair<std::string_view, AllreduceAlgo>, 6> kAlgos{{
     {"auto", AllreduceAlgo::automatic}, {"ring", AllreduceAlgo::ring},
     {"recursive_doubling", AllreduceAlgo::recursive_doubling}, {"shm", AllreduceAlgo::shm},
-    {"hierarchical", AllreduceAlgo::hierarchical}}};
+    {"hierarchical", AllreduceAlgo::hierarchical}, {"rabenseifner", AllreduceAlgo::rabenseifner}}};
 constexpr std::array<std::pair<std::string_view, GpuPath>, 4> kGpuPaths{{
     {"auto", GpuPath::automatic}, {"ipc", GpuPath::ipc}, {"staged", GpuPath::staged}, {"direct", GpuPath::direct}}};
 constexpr std::array<std::pair<std::string_view, PartialArbiter>, 3> kPartialArbiters{{

@@ -20,7 +20,7 @@ struct InjectSpec;  // core/inject.hpp
 enum class LogLevel { error = 0, warn = 1, info = 2, trace = 3 };
 enum class ProgressMode { automatic, spin, wake };  // ANTDT_PROGRESS
 enum class BindMode { automatic, none, cores, numa };  // ANTDT_BIND
-enum class AllreduceAlgo { automatic, ring, recursive_doubling, shm, hierarchical };  // ANTDT_ALGO (docs/collectives.md)
+enum class AllreduceAlgo { automatic, ring, recursive_doubling, shm, hierarchical, rabenseifner };  // ANTDT_ALGO (docs/collectives.md)
 enum class GpuPath { automatic, ipc, staged, direct };  // ANTDT_GPU_PATH (docs/gpu.md)
 // Where the partial collectives' arbiter runs (ANTDT_PARTIAL_ARBITER, docs/partial.md#where-the-arbiter-runs).
 enum class PartialArbiter { automatic, rank0, coordinator };
@@ -33,7 +33,7 @@ struct Config {
   LogLevel log_level = LogLevel::warn;                       // ANTDT_DEBUG=ERROR|WARN|INFO|TRACE
   std::chrono::milliseconds timeout{60000};                  // ANTDT_TIMEOUT_MS, 1..86400000
   std::string transport = "ucx";                             // ANTDT_TRANSPORT=ucx|inproc
-  AllreduceAlgo allreduce_algo = AllreduceAlgo::automatic;   // ANTDT_ALGO=auto|ring|recursive_doubling|shm|hierarchical
+  AllreduceAlgo allreduce_algo = AllreduceAlgo::automatic;   // ANTDT_ALGO=auto|ring|recursive_doubling|shm|hierarchical|rabenseifner
   std::string node_id;                                       // ANTDT_NODE_ID: this rank's node (empty: host name + boot id)
   std::size_t shm_max_bytes = 4u << 10;                      // ANTDT_SHM_MAX_BYTES, 0..1M: node-local shared-memory AllReduce up to this size (0: off)
   std::size_t shm_bulk_bytes = 512u << 10;                   // ANTDT_SHM_BULK_BYTES, 0 or 4K..64M: block of the node-local shared-memory AllReduce above ANTDT_SHM_MAX_BYTES (0: off)

@@ -142,6 +142,12 @@ class Transport {
     (void)peer;
     return std::nullopt;
   }
+  // Whether this rank reaches some peer over TCP (UCX's tcp transport), where
+  // a message costs tens of microseconds more than through memory: the
+  // communicator combines every rank's answer at set-up and the algorithm
+  // selection reads it (collectives/selection.cpp). Known once the endpoints
+  // are connected; false for transports without such links.
+  virtual bool tcp_links() const noexcept { return false; }
   // "rank N (pid P on host H)" where the transport knows the peer's process,
   // else "rank N": how errors about a lost peer name it.
   virtual std::string describe_peer(int peer) const { return cat("rank ", peer); }

@@ -16,6 +16,7 @@
 #include "transport/inproc/inproc_transport.hpp"
 #include "transport/ucx/ucx_transport.hpp"
 
+#include <array>
 #include <cctype>
 #include <cstdio>
 #include <cstring>
@@ -32,9 +33,10 @@ namespace antdt {
 namespace detail {
 Communicator make_communicator(std::unique_ptr<transport::Transport> transport, std::uint32_t comm_id,
                                const Config& cfg, control::Endpoints control,
-                               std::span<const std::uint64_t> rank_nodes) {
+                               std::span<const std::uint64_t> rank_nodes, bool tcp_links) {
   auto impl = std::make_unique<CommImpl>(std::move(transport), comm_id, cfg, std::move(control));
   if (!rank_nodes.empty()) impl->set_rank_nodes(rank_nodes);
+  impl->set_tcp_links(tcp_links);
   return Communicator(std::move(impl));
 }
 }  // namespace detail
@@ -42,18 +44,30 @@ Communicator make_communicator(std::unique_ptr<transport::Transport> transport, 
 namespace api {
 namespace {
 
+// What the algorithm selection needs to know about where the ranks sit.
+struct RankLayout {
+  std::vector<std::uint64_t> nodes;  // every rank's node identity
+  bool tcp_links = false;            // some rank reaches a peer over TCP
+};
+
 // Every rank's node (ANTDT_NODE_ID, else host name and boot id), for the
-// topology-aware collectives: one bootstrap allgather of 8 bytes per rank.
-std::vector<std::uint64_t> exchange_rank_nodes(Bootstrap& boot, const Config& cfg) {
-  const std::uint64_t mine = topology_node(cfg.node_id);
-  const auto all = boot.allgather(std::as_bytes(std::span(&mine, 1)));
-  std::vector<std::uint64_t> nodes(all.size());
+// topology-aware collectives, and whether its transport reaches a peer over
+// TCP: one bootstrap allgather of 16 bytes per rank.
+RankLayout exchange_rank_layout(Bootstrap& boot, const Config& cfg, const transport::Transport& transport) {
+  const std::array<std::uint64_t, 2> mine{topology_node(cfg.node_id), transport.tcp_links() ? 1u : 0u};
+  const auto all = boot.allgather(std::as_bytes(std::span(mine)));
+  RankLayout layout;
+  layout.nodes.resize(all.size());
   for (std::size_t r = 0; r < all.size(); ++r) {
-    if (all[r].size() != sizeof(std::uint64_t))
-      raise<BootstrapError>("rank ", r, " sent a node identity of ", all[r].size(), " bytes instead of 8");
-    std::memcpy(&nodes[r], all[r].data(), sizeof(std::uint64_t));
+    std::array<std::uint64_t, 2> theirs{};
+    if (all[r].size() != sizeof theirs)
+      raise<BootstrapError>("rank ", r, " sent a node identity of ", all[r].size(), " bytes instead of ",
+                            sizeof theirs);
+    std::memcpy(theirs.data(), all[r].data(), sizeof theirs);
+    layout.nodes[r] = theirs[0];
+    layout.tcp_links = layout.tcp_links || theirs[1] != 0;
   }
-  return nodes;
+  return layout;
 }
 
 std::uint32_t comm_id_from(const UniqueId& id) {
@@ -152,10 +166,11 @@ Communicator create_with(const UniqueId& id, int rank, int size, const Config& c
   }
   auto boot = make_tcp_bootstrap(id, rank, size, cfg.timeout, std::move(still_wanted));
   auto t = with_faults(transport::make_ucx_transport(*boot, cfg));
-  const auto rank_nodes = exchange_rank_nodes(*boot, cfg);
+  const RankLayout layout = exchange_rank_layout(*boot, cfg, *t);
   auto control = control_from(boot->take_links(), rank);
   control.unique_id.assign(id.bytes.begin(), id.bytes.end());
-  return detail::make_communicator(std::move(t), comm_id_from(id), cfg, std::move(control), rank_nodes);
+  return detail::make_communicator(std::move(t), comm_id_from(id), cfg, std::move(control), layout.nodes,
+                                   layout.tcp_links);
 }
 
 Communicator single_rank(const Config& cfg) {

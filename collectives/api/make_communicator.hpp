@@ -13,9 +13,10 @@
 namespace antdt::detail {
 
 // rank_nodes: each rank's node identity (core/node_identity.hpp), in rank
-// order; empty: every rank counts as one node.
+// order; empty: every rank counts as one node. tcp_links: some rank reaches a
+// peer over TCP (Transport::tcp_links, combined over the ranks).
 Communicator make_communicator(std::unique_ptr<transport::Transport> transport, std::uint32_t comm_id,
                                const Config& cfg, control::Endpoints control = {},
-                               std::span<const std::uint64_t> rank_nodes = {});
+                               std::span<const std::uint64_t> rank_nodes = {}, bool tcp_links = false);
 
 }  // namespace antdt::detail

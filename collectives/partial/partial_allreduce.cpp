@@ -449,6 +449,8 @@ void reduce_among(Call& ring, SelectionInput input, const std::byte* send, std::
     allreduce_shm_bulk(ring, send, result, count, dtype, op);
   else if (algo == Algo::recursive_doubling)
     allreduce_recursive_doubling(ring, send, result, count, dtype, op);
+  else if (algo == Algo::rabenseifner)
+    allreduce_rabenseifner(ring, send, result, count, dtype, op);
   else if (algo == Algo::hierarchical)
     allreduce_hierarchical(ring, send, result, count, dtype, op, members);
   else

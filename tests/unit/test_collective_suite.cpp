@@ -64,7 +64,7 @@ class CollectiveSuite : public ::testing::TestWithParam<Param> {
 // ---------------------------------------------------------------------------
 TEST_P(CollectiveSuite, AllreduceEveryAlgorithmDtypeOpCountAndPlacement) {
   const int n = ranks();
-  for (AllreduceAlgo algo : {AllreduceAlgo::recursive_doubling, AllreduceAlgo::ring}) {
+  for (AllreduceAlgo algo : {AllreduceAlgo::recursive_doubling, AllreduceAlgo::ring, AllreduceAlgo::rabenseifner}) {
     auto outcomes = run_ranks(n, kind(), [&](Communicator& comm) {
       for (DataType t : kAllTypes) {
         const std::size_t es = dtype_size(t);
@@ -84,26 +84,32 @@ TEST_P(CollectiveSuite, AllreduceEveryAlgorithmDtypeOpCountAndPlacement) {
         }
       }
     }, config_with(algo));
-    ASSERT_NO_THROW(expect_all_ok(outcomes)) << (algo == AllreduceAlgo::ring ? "ring" : "recursive doubling");
+    const char* name = algo == AllreduceAlgo::ring           ? "ring"
+                       : algo == AllreduceAlgo::rabenseifner ? "rabenseifner"
+                                                             : "recursive doubling";
+    ASSERT_NO_THROW(expect_all_ok(outcomes)) << name;
   }
 }
 
-TEST_P(CollectiveSuite, RecursiveDoublingGivesEveryRankTheSameBits) {
+TEST_P(CollectiveSuite, RecursiveDoublingAndRabenseifnerGiveEveryRankTheSameBits) {
   // Sums of values that round differently depending on the order: every rank
-  // must still hold exactly the same result.
+  // must still hold exactly the same result. 257 elements: blocks of unequal
+  // length for every power of two.
   const int n = ranks();
-  std::vector<std::vector<float>> results(static_cast<std::size_t>(n));
-  auto outcomes = run_ranks(n, kind(), [&](Communicator& comm) {
-    std::vector<float> v(257);
-    for (std::size_t i = 0; i < v.size(); ++i)
-      v[i] = 1.0f / static_cast<float>(3 + i + 7 * static_cast<std::size_t>(comm.rank()));
-    comm.allreduce(v.data(), v.data(), v.size(), DataType::f32, ReduceOp::sum);
-    results[static_cast<std::size_t>(comm.rank())] = v;
-  }, config_with(AllreduceAlgo::recursive_doubling));
-  expect_all_ok(outcomes);
-  for (int r = 1; r < n; ++r)
-    EXPECT_EQ(std::memcmp(results[0].data(), results[static_cast<std::size_t>(r)].data(), 257 * sizeof(float)), 0)
-        << "rank " << r;
+  for (AllreduceAlgo algo : {AllreduceAlgo::recursive_doubling, AllreduceAlgo::rabenseifner}) {
+    std::vector<std::vector<float>> results(static_cast<std::size_t>(n));
+    auto outcomes = run_ranks(n, kind(), [&](Communicator& comm) {
+      std::vector<float> v(257);
+      for (std::size_t i = 0; i < v.size(); ++i)
+        v[i] = 1.0f / static_cast<float>(3 + i + 7 * static_cast<std::size_t>(comm.rank()));
+      comm.allreduce(v.data(), v.data(), v.size(), DataType::f32, ReduceOp::sum);
+      results[static_cast<std::size_t>(comm.rank())] = v;
+    }, config_with(algo));
+    expect_all_ok(outcomes);
+    for (int r = 1; r < n; ++r)
+      EXPECT_EQ(std::memcmp(results[0].data(), results[static_cast<std::size_t>(r)].data(), 257 * sizeof(float)), 0)
+          << "rank " << r << (algo == AllreduceAlgo::rabenseifner ? " (rabenseifner)" : " (recursive doubling)");
+  }
 }
 
 // ---------------------------------------------------------------------------

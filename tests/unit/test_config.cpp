@@ -103,6 +103,7 @@ TEST(Config, EnumsAndStrings) {
   EXPECT_EQ(parse({{"ANTDT_ALGO", "AUTO"}}).allreduce_algo, AllreduceAlgo::automatic);
   EXPECT_EQ(parse({{"ANTDT_ALGO", "ring"}}).allreduce_algo, AllreduceAlgo::ring);
   EXPECT_EQ(parse({{"ANTDT_ALGO", "Hierarchical"}}).allreduce_algo, AllreduceAlgo::hierarchical);
+  EXPECT_EQ(parse({{"ANTDT_ALGO", "rabenseifner"}}).allreduce_algo, AllreduceAlgo::rabenseifner);
   EXPECT_EQ(parse({{"ANTDT_NODE_ID", "rack3-node7"}}).node_id, "rack3-node7");
   EXPECT_EQ(parse({}).node_id, "");
   EXPECT_EQ(parse({{"ANTDT_PROGRESS", "auto"}}).progress, ProgressMode::automatic);

@@ -59,6 +59,44 @@ TEST(Selection, AllreduceRowsInOrder) {
   EXPECT_EQ(coll::select_algorithm(allreduce_of(16, DataType::f32, 1)).algo, Algo::ring);
 }
 
+TEST(Selection, RabenseifnerOverTcpForMediumVectors) {
+  auto over_tcp = [](std::size_t bytes, int nranks, bool tcp) {
+    SelectionInput in = allreduce_of(bytes, DataType::u8, nranks);
+    in.mailbox_usable = in.bulk_usable = false;  // no shared memory among them
+    in.tcp_links = tcp;
+    return coll::select_algorithm(in).algo;
+  };
+  for (int n : {2, 4, 8, 16}) {
+    EXPECT_EQ(over_tcp(coll::kRabenseifnerMinBytes, n, true), Algo::rabenseifner) << n;
+    EXPECT_EQ(over_tcp(1 << 20, n, true), Algo::rabenseifner) << n;
+    EXPECT_EQ(over_tcp(coll::kRabenseifnerMaxBytes, n, true), Algo::rabenseifner) << n;
+    // Outside the window, or without TCP links: the ring (small: recursive doubling).
+    EXPECT_EQ(over_tcp(coll::kRabenseifnerMinBytes - 1, n, true), Algo::ring) << n;
+    EXPECT_EQ(over_tcp(coll::kRabenseifnerMaxBytes + 1, n, true), Algo::ring) << n;
+    EXPECT_EQ(over_tcp(1 << 20, n, false), Algo::ring) << n;
+    EXPECT_EQ(over_tcp(64, n, true), Algo::recursive_doubling) << n;
+  }
+  // Not measured for other rank counts (the fold moves whole vectors): the ring.
+  for (int n : {3, 5, 6, 12}) EXPECT_EQ(over_tcp(1 << 20, n, true), Algo::ring) << n;
+  // Shared memory, when the ranks have it, and a forced algorithm come first.
+  SelectionInput shm = allreduce_of(1 << 20, DataType::u8, 4);
+  shm.tcp_links = true;
+  EXPECT_EQ(coll::select_algorithm(shm).algo, Algo::shm_bulk);
+  SelectionInput forced = allreduce_of(1 << 20, DataType::u8, 4);
+  forced.tcp_links = true;
+  forced.forced = AllreduceAlgo::ring;
+  EXPECT_EQ(coll::select_algorithm(forced).algo, Algo::ring);
+  forced.tcp_links = false;
+  forced.forced = AllreduceAlgo::rabenseifner;
+  EXPECT_EQ(coll::select_algorithm(forced).algo, Algo::rabenseifner);
+  // A partial step with every rank reads the same rows.
+  SelectionInput partial = allreduce_of(1 << 20, DataType::u8, 4);
+  partial.kind = Kind::partial;
+  partial.mailbox_usable = partial.bulk_usable = false;
+  partial.tcp_links = true;
+  EXPECT_EQ(coll::select_algorithm(partial).algo, Algo::rabenseifner);
+}
+
 TEST(Selection, HierarchicalAcrossUniformNodes) {
   // Two nodes of two ranks, no shared memory across them: the hierarchy from
   // kHierarchicalMinBytes up, the model's choice below.

@@ -105,6 +105,7 @@ class FaultTransport final : public Transport {
   std::optional<AbortInfo> abort_info() const override { return inner_->abort_info(); }
   std::optional<std::string> peer_failure(int peer) const override { return inner_->peer_failure(peer); }
   std::string describe_peer(int peer) const override { return inner_->describe_peer(peer); }
+  bool tcp_links() const noexcept override { return inner_->tcp_links(); }
 
  private:
   void hold(int peer, std::uint64_t tag, std::span<const std::byte> payload, Completion& done, bool device) {

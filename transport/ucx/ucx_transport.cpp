@@ -197,6 +197,36 @@ void default_ucx_setting(ucp_config_t& config, const char* env_name, const char*
     ANTDT_INFO("ucx transport: could not set ", env_name, "=", value, "; keeping UCX's default");
 }
 
+// ucp_ep_print_info's text for `ep`: its lanes ("lane[0]:  1:tcp/lo.0 md[1]
+// ...") and the byte ranges of each protocol.
+std::string print_endpoint(ucp_ep_h ep) {
+  char* text = nullptr;
+  std::size_t length = 0;
+  FILE* stream = ::open_memstream(&text, &length);
+  if (stream == nullptr) raise<TransportError>("UCX: open_memstream failed: ", std::strerror(errno));
+  ucp_ep_print_info(ep, stream);
+  std::fclose(stream);
+  std::string info(text, length);
+  std::free(text);
+  return info;
+}
+
+// Whether an endpoint's text names a lane of UCX's tcp transport.
+bool has_tcp_lane(std::string_view info) {
+  for (std::size_t at = info.find("lane["); at != std::string_view::npos; at = info.find("lane[", at + 1)) {
+    const std::size_t line_end = std::min(info.find('\n', at), info.size());
+    const std::string_view line = info.substr(at, line_end - at);
+    // "lane[0]:  1:tcp/lo.0 md[1] -> ...": the transport follows "<index>:".
+    const std::size_t colon = line.find(':', line.find(']'));
+    if (colon == std::string_view::npos) continue;
+    std::size_t name = line.find_first_not_of(' ', colon + 1);
+    if (name == std::string_view::npos) continue;
+    name = line.find(':', name);  // past the resource index
+    if (name != std::string_view::npos && line.substr(name + 1, 4) == "tcp/") return true;
+  }
+  return false;
+}
+
 bool all_finished(std::span<Completion* const> ops) noexcept {
   return std::all_of(ops.begin(), ops.end(), [](const Completion* op) { return !op->pending(); });
 }
@@ -277,6 +307,7 @@ class UcxTransport final : public Transport {
   int size() const noexcept override { return size_; }
   std::string_view name() const noexcept override { return "ucx"; }
   std::string endpoint_info(int peer);
+  bool tcp_links() const noexcept override { return tcp_links_; }
 
   void post_send(int peer, std::uint64_t tag, std::span<const std::byte> payload, Completion& done) override;
   void post_recv(int peer, std::uint64_t tag, std::span<std::byte> payload, Completion& done) override;
@@ -458,6 +489,7 @@ class UcxTransport final : public Transport {
   std::size_t control_rx_length_ = 0;
   std::vector<std::byte> control_tx_;
   std::vector<std::byte> leave_tx_;  // the leave message, alive until the worker goes
+  bool tcp_links_ = false;           // some peer's endpoint has a TCP lane (set once connected)
   int control_sends_in_flight_ = 0;
   bool abort_sent_ = false;
   bool peer_failure_pending_ = false;
@@ -602,6 +634,8 @@ UcxTransport::UcxTransport(Bootstrap& boot, const Config& cfg, const UcxOptions&
   WorkerLock lock(*this);
   post_control_recv();
   connect_all(cfg.timeout);
+  for (const Peer& peer : peers_)
+    if (peer.rank != rank_ && peer.ep != nullptr && has_tcp_lane(print_endpoint(peer.ep))) tcp_links_ = true;
   ANTDT_INFO("ucx transport: rank ", rank_, " of ", size_, " ready (worker address ", my_address.size(),
              " bytes; device payloads ", device_payloads_ ? "accepted" : "not accepted: UCX lacks CUDA support",
              "; payloads of ", split_bytes_ > 0 ? cat(split_bytes_, " bytes and more") : std::string("no size"),
@@ -1573,15 +1607,7 @@ std::string UcxTransport::endpoint_info(int peer) {
   WorkerLock lock(*this);
   const ucp_ep_h ep = peers_[static_cast<std::size_t>(peer)].ep;
   if (ep == nullptr) raise<TransportError>("ucx_endpoint_info: the endpoint to rank ", peer, " is closed");
-  char* text = nullptr;
-  std::size_t length = 0;
-  FILE* stream = ::open_memstream(&text, &length);
-  if (stream == nullptr) raise<TransportError>("ucx_endpoint_info: open_memstream failed: ", std::strerror(errno));
-  ucp_ep_print_info(ep, stream);
-  std::fclose(stream);
-  std::string info(text, length);
-  std::free(text);
-  return info;
+  return print_endpoint(ep);
 }
 
 std::string ucx_endpoint_info(Transport& transport, int peer) {
