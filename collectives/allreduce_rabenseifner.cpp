@@ -4,10 +4,9 @@
 // 2(p-1): for medium vectors over links where a step costs much more than
 // shared memory's few microseconds (TCP), as MPI libraries use it.
 //
-// p = the largest power of two <= n, extra = n - p, folded in as recursive
-// doubling does (allreduce_recursive_doubling.cpp): among the first 2*extra
-// ranks each even rank hands its vector to the odd rank above it and gets the
-// result back at the end; the others take part as virtual rank v.
+// p = the largest power of two <= n ranks take part, the others folded in as
+// recursive doubling does (collectives/power_of_two_fold.hpp); they take part
+// as virtual rank v.
 //
 // The vector is cut into p blocks (element counts differing by at most one);
 // virtual rank v ends the reduce-scatter owning block v. Reduce-scatter:
@@ -21,6 +20,7 @@
 // Cost: 2·log2(p)·α + 2(p-1)/p·m·β + (p-1)/p·m·γ, plus 2 steps and m·β, m·γ
 // for the fold when n ≠ p.
 #include "collectives/algorithms.hpp"
+#include "collectives/power_of_two_fold.hpp"
 
 #include "core/dtype.hpp"
 
@@ -51,12 +51,11 @@ void allreduce_rabenseifner(Call& call, const std::byte* send, std::byte* recv, 
     return acc.subspan(first_elem * esize, (end_elem - first_elem) * esize);
   };
 
-  int p = 1;
-  while (p * 2 <= n) p *= 2;
-  const int extra = n - p;
+  const PowerOfTwoFold fold(n);
+  const int p = fold.p;
   std::size_t index = 0;
 
-  if (r < 2 * extra && r % 2 == 0) {
+  if (fold.sits_out(r)) {
     // Folded out: hand the vector over, then receive the result into it.
     call.wait(call.send(index++, r + 1, acc));
     call.wait(call.recv(index++, r + 1, acc));
@@ -66,31 +65,28 @@ void allreduce_rabenseifner(Call& call, const std::byte* send, std::byte* recv, 
   // blocks (the larger one: the first count % p blocks hold one more element).
   const Blocks blocks{count, static_cast<std::size_t>(p)};
   const std::size_t largest_half = blocks.begin(static_cast<std::size_t>(p / 2)) * esize;
-  const std::span<std::byte> incoming = memory.scratch(call, r < 2 * extra ? bytes : largest_half);
-  if (r < 2 * extra) {
+  const std::span<std::byte> incoming = memory.scratch(call, fold.takes_in(r) ? bytes : largest_half);
+  if (fold.takes_in(r)) {
     call.wait(call.recv(index++, r - 1, incoming.first(bytes)));
     memory.reduce_into(dtype, op, acc, incoming.first(bytes), acc);  // the even partner is the lower rank
     memory.settle();
   }
 
-  const int v = r < 2 * extra ? r / 2 : r - extra;
-  auto real_rank = [&](int virtual_rank) {
-    return virtual_rank < extra ? 2 * virtual_rank + 1 : virtual_rank + extra;
-  };
+  const int v = fold.virtual_rank(r);
 
   // Reduce-scatter by recursive halving: [lo, hi) is the block range still held.
   std::size_t lo = 0, hi = static_cast<std::size_t>(p);
   for (int mask = p / 2; mask >= 1; mask /= 2) {
     const int partner_v = v ^ mask;
+    const int partner = fold.real_rank(partner_v);
     const std::size_t mid = lo + (hi - lo) / 2;
     const bool keep_low = (v & mask) == 0;
     const std::size_t keep_lo = keep_low ? lo : mid, keep_hi = keep_low ? mid : hi;
     const std::size_t give_lo = keep_low ? mid : lo, give_hi = keep_low ? hi : mid;
     const auto kept = range(blocks.begin(keep_lo), blocks.begin(keep_hi));
     const auto theirs = incoming.first(kept.size());
-    const std::size_t q = call.recv(index++, real_rank(partner_v), theirs);
-    const std::size_t s =
-        call.send(index++, real_rank(partner_v), range(blocks.begin(give_lo), blocks.begin(give_hi)));
+    const std::size_t q = call.recv(index++, partner, theirs);
+    const std::size_t s = call.send(index++, partner, range(blocks.begin(give_lo), blocks.begin(give_hi)));
     call.wait(q);
     if (partner_v < v)
       memory.reduce_into(dtype, op, kept, theirs, kept);
@@ -109,19 +105,18 @@ void allreduce_rabenseifner(Call& call, const std::byte* send, std::byte* recv, 
   // Allgather by recursive doubling: swap the held range with the partner's,
   // the adjacent range of the same size.
   for (int mask = 1; mask < p; mask *= 2) {
-    const int partner_v = v ^ mask;
+    const int partner = fold.real_rank(v ^ mask);
     const std::size_t width = hi - lo;
     const std::size_t their_lo = (v & mask) == 0 ? hi : lo - width;
-    const std::size_t q =
-        call.recv(index++, real_rank(partner_v), range(blocks.begin(their_lo), blocks.begin(their_lo + width)));
-    const std::size_t s = call.send(index++, real_rank(partner_v), range(blocks.begin(lo), blocks.begin(hi)));
+    const std::size_t q = call.recv(index++, partner, range(blocks.begin(their_lo), blocks.begin(their_lo + width)));
+    const std::size_t s = call.send(index++, partner, range(blocks.begin(lo), blocks.begin(hi)));
     call.wait(q);
     call.wait(s);
     lo = std::min(lo, their_lo);
     hi = lo + 2 * width;
   }
 
-  if (r < 2 * extra) call.wait(call.send(index++, r - 1, acc));
+  if (fold.takes_in(r)) call.wait(call.send(index++, r - 1, acc));
 }
 
 }  // namespace antdt::coll

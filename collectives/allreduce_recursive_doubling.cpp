@@ -13,6 +13,7 @@
 //
 // Cost: (log2 p + 2·[n≠p]) α + (log2 p + 2·[n≠p]) m β + (log2 p + [n≠p]) m γ.
 #include "collectives/algorithms.hpp"
+#include "collectives/power_of_two_fold.hpp"
 
 #include "core/dtype.hpp"
 
@@ -29,28 +30,25 @@ void allreduce_recursive_doubling(Call& call, const std::byte* send, std::byte* 
   const std::span<std::byte> acc(recv, bytes);
   const std::span<std::byte> incoming = call.scratch(bytes);
 
-  int p = 1;
-  while (p * 2 <= n) p *= 2;
-  const int extra = n - p;
+  const PowerOfTwoFold fold(n);
   std::size_t index = 0;
 
-  if (r < 2 * extra && r % 2 == 0) {
+  if (fold.sits_out(r)) {
     // Folded out: hand the vector over, then receive the result. The send
     // completes before the receive is posted into the same buffer.
     call.wait(call.send(index++, r + 1, acc));
     call.wait(call.recv(index++, r + 1, acc));
     return;
   }
-  if (r < 2 * extra) {
+  if (fold.takes_in(r)) {
     call.wait(call.recv(index++, r - 1, incoming));
     reduce_into(dtype, op, acc, incoming, acc);  // the even partner is the lower rank
   }
 
-  const int v = r < 2 * extra ? r / 2 : r - extra;
-  auto real_rank = [&](int virtual_rank) { return virtual_rank < extra ? 2 * virtual_rank + 1 : virtual_rank + extra; };
-  for (int mask = 1; mask < p; mask <<= 1) {
+  const int v = fold.virtual_rank(r);
+  for (int mask = 1; mask < fold.p; mask <<= 1) {
     const int partner_v = v ^ mask;
-    const int partner = real_rank(partner_v);
+    const int partner = fold.real_rank(partner_v);
     const std::size_t q = call.recv(index++, partner, incoming);
     const std::size_t s = call.send(index++, partner, acc);
     call.wait(q);
@@ -62,7 +60,7 @@ void allreduce_recursive_doubling(Call& call, const std::byte* send, std::byte* 
   }
   if (op == ReduceOp::avg) finish_avg(dtype, acc, static_cast<std::size_t>(n));
 
-  if (r < 2 * extra) call.wait(call.send(index++, r - 1, acc));
+  if (fold.takes_in(r)) call.wait(call.send(index++, r - 1, acc));
 }
 
 }  // namespace antdt::coll

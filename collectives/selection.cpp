@@ -3,6 +3,7 @@
 // and core/log.hpp (the TRACE line).
 #include "collectives/selection.hpp"
 
+#include "collectives/power_of_two_fold.hpp"
 #include "core/dtype.hpp"
 #include "core/log.hpp"
 
@@ -91,7 +92,7 @@ constexpr Row kRows[] = {
      "at most recursive_doubling_max_bytes(ranks) (the alpha-beta-gamma model's crossover)"},
     {Kind::allreduce,
      [](const SelectionInput& in) {
-       return in.tcp_links && in.nranks >= 2 && (in.nranks & (in.nranks - 1)) == 0 &&
+       return in.tcp_links && in.nranks >= 2 && PowerOfTwoFold(in.nranks).extra == 0 &&
               in.bytes >= kRabenseifnerMinBytes && in.bytes <= kRabenseifnerMaxBytes;
      },
      Algo::rabenseifner, Algo::none, "allreduce",

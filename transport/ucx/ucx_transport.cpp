@@ -211,18 +211,12 @@ std::string print_endpoint(ucp_ep_h ep) {
   return info;
 }
 
-// Whether an endpoint's text names a lane of UCX's tcp transport.
+// Whether an endpoint's text names a lane of UCX's tcp transport: a line
+// "lane[0]:  1:tcp/lo.0 md[1] -> md[1]/tcp/...", the resource "<index>:tcp/".
 bool has_tcp_lane(std::string_view info) {
   for (std::size_t at = info.find("lane["); at != std::string_view::npos; at = info.find("lane[", at + 1)) {
-    const std::size_t line_end = std::min(info.find('\n', at), info.size());
-    const std::string_view line = info.substr(at, line_end - at);
-    // "lane[0]:  1:tcp/lo.0 md[1] -> ...": the transport follows "<index>:".
-    const std::size_t colon = line.find(':', line.find(']'));
-    if (colon == std::string_view::npos) continue;
-    std::size_t name = line.find_first_not_of(' ', colon + 1);
-    if (name == std::string_view::npos) continue;
-    name = line.find(':', name);  // past the resource index
-    if (name != std::string_view::npos && line.substr(name + 1, 4) == "tcp/") return true;
+    const std::string_view line = info.substr(at, info.find('\n', at) - at);
+    if (line.find(":tcp/") != std::string_view::npos) return true;
   }
   return false;
 }
@@ -442,6 +436,8 @@ class UcxTransport final : public Transport {
   void handle_peer_failures();
   void handle_peer_left(int rank);
   void send_leave_messages();
+  // `message` under this rank's control tag to every live peer.
+  void send_control_to_peers(std::span<const std::byte> message, std::string_view what, LogLevel failure_level);
   bool flush_worker(Clock::duration bound);
   void close_endpoint(Peer& peer, bool force);
   void fail_peer(int rank, std::string failure);
@@ -546,7 +542,8 @@ UcxTransport::UcxTransport(Bootstrap& boot, const Config& cfg, const UcxOptions&
   // before any data moves. A 2-rank ring step of 32 KiB then took ~75 us
   // where one copy takes ~30 (ucx_perftest tag_lat). 64 KiB segments (the
   // receive segment must hold a whole one) made a 64 KiB AllReduce over TCP
-  // 3-4x faster and a 4-rank 256 KiB one 2x (docs/benchmarks.md#network-path).
+  // 1.8x faster at 2 ranks and a 4-rank 256 KiB one 2.4x
+  // (docs/benchmarks.md#tcp-segments-2026-12-07).
   // TCP only: shared memory and RDMA keep their own settings.
   default_ucx_setting(*config, "UCX_TCP_TX_SEG_SIZE", "TX_SEG_SIZE", "64K");
   default_ucx_setting(*config, "UCX_TCP_RX_SEG_SIZE", "RX_SEG_SIZE", "128K");
@@ -634,8 +631,9 @@ UcxTransport::UcxTransport(Bootstrap& boot, const Config& cfg, const UcxOptions&
   WorkerLock lock(*this);
   post_control_recv();
   connect_all(cfg.timeout);
-  for (const Peer& peer : peers_)
-    if (peer.rank != rank_ && peer.ep != nullptr && has_tcp_lane(print_endpoint(peer.ep))) tcp_links_ = true;
+  tcp_links_ = std::any_of(peers_.begin(), peers_.end(), [&](const Peer& peer) {
+    return peer.rank != rank_ && peer.ep != nullptr && has_tcp_lane(print_endpoint(peer.ep));
+  });
   ANTDT_INFO("ucx transport: rank ", rank_, " of ", size_, " ready (worker address ", my_address.size(),
              " bytes; device payloads ", device_payloads_ ? "accepted" : "not accepted: UCX lacks CUDA support",
              "; payloads of ", split_bytes_ > 0 ? cat(split_bytes_, " bytes and more") : std::string("no size"),
@@ -1400,7 +1398,13 @@ void UcxTransport::send_abort_messages() {
     if (!local_abort_) return;
     control_tx_ = encode_abort_message(*local_abort_);
   }
-  // Best effort and non-blocking: the sends complete whenever the worker is driven next.
+  send_control_to_peers(control_tx_, "abort", LogLevel::warn);
+}
+
+void UcxTransport::send_control_to_peers(std::span<const std::byte> message, std::string_view what,
+                                         LogLevel failure_level) {
+  // Best effort and non-blocking: the sends complete whenever the worker is
+  // driven next; `message` must stay alive until then (a member).
   for (Peer& peer : peers_) {
     if (peer.rank == rank_ || peer.failed || peer.ep == nullptr) continue;
     ucp_request_param_t param{};
@@ -1408,10 +1412,11 @@ void UcxTransport::send_abort_messages() {
     param.cb.send = &UcxTransport::on_control_sent;
     param.user_data = this;
     param.datatype = ucp_dt_make_contig(1);
-    void* request = ucp_tag_send_nbx(peer.ep, control_tx_.data(), control_tx_.size(), control_tag(rank_), &param);
+    void* request = ucp_tag_send_nbx(peer.ep, message.data(), message.size(), control_tag(rank_), &param);
     if (UCS_PTR_IS_ERR(request)) {
-      log::write(LogLevel::warn, cat("ucx transport: rank ", rank_, ": abort message to rank ", peer.rank,
-                                     " failed: ", ucs_status_string(UCS_PTR_STATUS(request))));
+      if (log::enabled(failure_level))
+        log::write(failure_level, cat("ucx transport: rank ", rank_, ": ", what, " message to rank ", peer.rank,
+                                      " failed: ", ucs_status_string(UCS_PTR_STATUS(request))));
     } else if (request != nullptr) {
       ++control_sends_in_flight_;
     }
@@ -1567,21 +1572,7 @@ bool UcxTransport::flush_worker(Clock::duration bound) {
 
 void UcxTransport::send_leave_messages() {
   leave_tx_ = encode_leave_message(rank_);
-  for (Peer& peer : peers_) {
-    if (peer.rank == rank_ || peer.failed || peer.ep == nullptr) continue;
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
-    param.cb.send = &UcxTransport::on_control_sent;
-    param.user_data = this;
-    param.datatype = ucp_dt_make_contig(1);
-    void* request = ucp_tag_send_nbx(peer.ep, leave_tx_.data(), leave_tx_.size(), control_tag(rank_), &param);
-    if (UCS_PTR_IS_ERR(request)) {
-      ANTDT_INFO("ucx transport: rank ", rank_, ": leave message to rank ", peer.rank,
-                 " failed: ", ucs_status_string(UCS_PTR_STATUS(request)));
-    } else if (request != nullptr) {
-      ++control_sends_in_flight_;
-    }
-  }
+  send_control_to_peers(leave_tx_, "leave", LogLevel::info);
 }
 
 void UcxTransport::drain_unexpected(Deadline until) {
