@@ -286,7 +286,7 @@ TEST_P(TransportTest, CancelAfterTheHeaderHalfArrivedTakesThePayload) {
         EXPECT_TRUE(same_header(next.header, header_for(2, kHeldBytes)));
         EXPECT_TRUE(in_next == second) << "the next receive did not get the next message";
       },
-      transport_config(), Close::together, {}, hold);
+      transport_config(), Close::together, {}, transport::UcxOptions{.hold_split_payloads = hold});
   EXPECT_EQ(failures(outcomes), "");
 }
 
@@ -321,7 +321,7 @@ TEST_P(TransportTest, PayloadHalfThatNeverComesEndsBoundedOnCancel) {
         EXPECT_NE(op.state.load(), State::done) << (t.rank() == 0 ? "send" : "receive");
         EXPECT_LT(took, std::chrono::seconds(4)) << "cancel took longer than its bounds";
       },
-      transport_config(), Close::together, {}, hold);
+      transport_config(), Close::together, {}, transport::UcxOptions{.hold_split_payloads = hold});
   EXPECT_EQ(failures(outcomes), "");
 }
 
@@ -361,7 +361,7 @@ TEST_P(TransportTest, ReceiveBetweenTheHalvesFailsWhenThePeerCloses) {
         EXPECT_NE(op.error.find("peer rank 0"), std::string::npos) << op.error;
         EXPECT_TRUE(t.peer_failure(0).has_value());
       },
-      transport_config(), Close::when_done, {}, hold);
+      transport_config(), Close::when_done, {}, transport::UcxOptions{.hold_split_payloads = hold});
   EXPECT_EQ(failures(outcomes), "");
   EXPECT_FALSE(held_send.pending()) << "closing the transport left a send pending";
   EXPECT_NE(held_send.state.load(), State::done);
@@ -928,6 +928,39 @@ TEST_P(TransportTest, IdleBlockedWaitCpuIsPrinted) {
     }
     t.cancel(never);
   });
+  EXPECT_EQ(failures(outcomes), "");
+}
+
+// A rank that saw an abort passes it on before its leave message: a peer
+// that the origin's own message never reached (here: dropped by the test
+// option) fails with the abort, not with the relaying rank's departure.
+// Without the relay, rank 1's receive from rank 0 fails "closed its
+// transport" and rank 1 knows of no abort (the CI failure of stop 31: a
+// mismatch reported as a lost peer).
+TEST(UcxAbortRelay, ALeavingRankPassesOnTheAbortItSaw) {
+  constexpr int kOrigin = 2;
+  transport::UcxOptions options;
+  options.abort_reaches = [](int from, int to) { return !(from == kOrigin && to == 1); };
+  ThreadBarrier posted(3);
+  auto outcomes = run_group(Kind::ucx, 3, [&](Transport& t) {
+    std::byte b{};
+    Completion never;  // rank 1 expects rank 0, rank 0 expects rank 1; neither sends
+    if (t.rank() != kOrigin) t.post_recv(1 - t.rank(), 26, std::span(&b, 1), never);
+    posted.arrive_and_wait();
+    if (t.rank() == kOrigin) {
+      t.abort(static_cast<int>(Status::mismatch), "rank 2 found a mismatch");
+      return;
+    }
+    // Rank 0 learns of the abort from rank 2 and leaves at once (Close::when_done).
+    const WaitResult result = wait_for(t, {&never});
+    EXPECT_EQ(result, WaitResult::aborted) << "rank " << t.rank() << ": " << never.error;
+    const auto info = t.abort_info();
+    ASSERT_TRUE(info.has_value()) << "rank " << t.rank() << " never learned of the abort";
+    EXPECT_EQ(info->origin_rank, kOrigin);
+    EXPECT_EQ(info->status, static_cast<int>(Status::mismatch));
+    EXPECT_EQ(info->reason, "rank 2 found a mismatch");
+    t.cancel(never);
+  }, transport_config(), Close::when_done, {}, options);
   EXPECT_EQ(failures(outcomes), "");
 }
 

@@ -102,12 +102,12 @@ enum class Close {
 // Runs body(transport) on `n` threads, rank r on thread r. Each thread makes
 // and destroys its own transport, as ranks as threads do in the library.
 // `device_copy`: when set, the transports accept device payloads (inproc
-// copies them with it; UCX takes them as host memory). `hold_split_payloads`:
-// UCX holds the payload halves of split messages while it is true.
+// copies them with it; UCX takes them as host memory). `ucx_options`: the
+// UCX transports' test options (holding split payloads, dropping aborts).
 inline Outcomes run_group(Kind kind, int n, const std::function<void(Transport&)>& body,
                           const Config& config = transport_config(), Close close = Close::together,
                           const transport::InprocFabric::DeviceCopy& device_copy = {},
-                          const std::shared_ptr<std::atomic<bool>>& hold_split_payloads = {}) {
+                          const transport::UcxOptions& ucx_options = {}) {
   if (kind != Kind::inproc) prepare_ucx_environment();
   Config cfg = config;
   if (kind == Kind::ucx_split) cfg.ucx_split_bytes = 1;
@@ -126,10 +126,9 @@ inline Outcomes run_group(Kind kind, int n, const std::function<void(Transport&)
           t = transport::make_inproc_transport(fabric, r, cfg);
         } else {
           InprocBootstrap boot(rendezvous, r);
-          t = transport::make_ucx_transport(
-              boot, cfg,
-              transport::UcxOptions{.device_payloads_in_host_memory = static_cast<bool>(device_copy),
-                                    .hold_split_payloads = hold_split_payloads});
+          transport::UcxOptions options = ucx_options;
+          options.device_payloads_in_host_memory = static_cast<bool>(device_copy);
+          t = transport::make_ucx_transport(boot, cfg, options);
         }
         try {
           body(*t);

@@ -431,13 +431,16 @@ class UcxTransport final : public Transport {
   void connect_all(std::chrono::milliseconds bound);
   void handle_control_message(ucs_status_t status, std::size_t length);
   void send_abort_messages();
+  void relay_abort();
   void push_abort_messages(Deadline until);
   void drain_abort_sends() noexcept;
   void handle_peer_failures();
   void handle_peer_left(int rank);
   void send_leave_messages();
-  // `message` under this rank's control tag to every live peer.
-  void send_control_to_peers(std::span<const std::byte> message, std::string_view what, LogLevel failure_level);
+  // `message` under this rank's control tag to every live peer (for which
+  // `reaches`, when given, is true).
+  void send_control_to_peers(std::span<const std::byte> message, std::string_view what, LogLevel failure_level,
+                             const std::function<bool(int)>& reaches = {});
   bool flush_worker(Clock::duration bound);
   void close_endpoint(Peer& peer, bool force);
   void fail_peer(int rank, std::string failure);
@@ -456,6 +459,7 @@ class UcxTransport final : public Transport {
   std::chrono::microseconds spin_;
   std::size_t split_bytes_;  // Config::ucx_split_bytes: payloads this large are split (0: never)
   std::shared_ptr<std::atomic<bool>> hold_split_payloads_;  // UcxOptions (tests)
+  std::function<bool(int, int)> abort_reaches_;              // UcxOptions (tests)
 
   // Declaration order is destruction order in reverse: the worker goes before
   // the context, and before the slots its callbacks point into.
@@ -483,11 +487,11 @@ class UcxTransport final : public Transport {
   bool control_rx_ready_ = false;
   ucs_status_t control_rx_status_ = UCS_OK;
   std::size_t control_rx_length_ = 0;
-  std::vector<std::byte> control_tx_;
+  std::vector<std::byte> control_tx_;  // this rank's abort message, or the one it relays
   std::vector<std::byte> leave_tx_;  // the leave message, alive until the worker goes
   bool tcp_links_ = false;           // some peer's endpoint has a TCP lane (set once connected)
   int control_sends_in_flight_ = 0;
-  bool abort_sent_ = false;
+  bool abort_sent_ = false;  // an abort message (own or relayed) went to the peers
   bool peer_failure_pending_ = false;
   bool closing_ = false;
 
@@ -516,7 +520,8 @@ UcxTransport::UcxTransport(Bootstrap& boot, const Config& cfg, const UcxOptions&
       progress_mode_(cfg.progress),
       spin_(cfg.spin_before_sleep),
       split_bytes_(cfg.ucx_split_bytes),
-      hold_split_payloads_(options.hold_split_payloads) {
+      hold_split_payloads_(options.hold_split_payloads),
+      abort_reaches_(options.abort_reaches) {
   ANTDT_CHECK_ARG(size_ >= 1 && size_ <= kMaxRanks, "make_ucx_transport: group size ", size_, " is outside [1, ",
                   kMaxRanks, "]");
   check_peer(rank_, size_, "make_ucx_transport");
@@ -1392,21 +1397,41 @@ void UcxTransport::drain_abort_sends() noexcept {
 
 void UcxTransport::send_abort_messages() {
   if (abort_sent_) return;
-  abort_sent_ = true;
   {
     std::lock_guard guard(abort_mu_);
     if (!local_abort_) return;
     control_tx_ = encode_abort_message(*local_abort_);
   }
-  send_control_to_peers(control_tx_, "abort", LogLevel::warn);
+  abort_sent_ = true;
+  std::function<bool(int)> reaches;
+  if (abort_reaches_) reaches = [this](int peer) { return abort_reaches_(rank_, peer); };
+  send_control_to_peers(control_tx_, "abort", LogLevel::warn, reaches);
+}
+
+void UcxTransport::relay_abort() {
+  // A rank that learned of an abort from a peer passes it on before it
+  // leaves. Its leave message fails whatever a peer still waits for from it,
+  // and the origin's own message to that peer may be slower (a first
+  // connection) or lost (a failed send): the peer must see the root cause
+  // first, not this departure. Messages from one sender match in order, so
+  // the relay is ahead of the leave message.
+  if (abort_sent_) return;
+  {
+    std::lock_guard guard(abort_mu_);
+    if (!abort_info_) return;
+    control_tx_ = encode_abort_message(*abort_info_);
+  }
+  abort_sent_ = true;
+  send_control_to_peers(control_tx_, "relayed abort", LogLevel::info);
 }
 
 void UcxTransport::send_control_to_peers(std::span<const std::byte> message, std::string_view what,
-                                         LogLevel failure_level) {
+                                         LogLevel failure_level, const std::function<bool(int)>& reaches) {
   // Best effort and non-blocking: the sends complete whenever the worker is
   // driven next; `message` must stay alive until then (a member).
   for (Peer& peer : peers_) {
     if (peer.rank == rank_ || peer.failed || peer.ep == nullptr) continue;
+    if (reaches && !reaches(peer.rank)) continue;
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
     param.cb.send = &UcxTransport::on_control_sent;
@@ -1508,6 +1533,7 @@ void UcxTransport::close() noexcept {
   try {
     WorkerLock lock(*this);
     handle_events();  // abort messages asked for but not sent yet
+    relay_abort();    // flushed with the rest, ahead of the leave message
     closing_ = true;
     if (control_rx_request_ != nullptr) ucp_request_cancel(worker_.get(), control_rx_request_);
     control_rx_ready_ = false;

@@ -64,6 +64,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -81,6 +82,9 @@ struct UcxOptions {
   // in the sender and only their header halves go out, so a receiver can be
   // caught between the two (cancel, truncation, a peer lost in between).
   std::shared_ptr<std::atomic<bool>> hold_split_payloads;
+  // Tests: whether rank `from`'s own abort message is sent to rank `to`
+  // (unset: to every peer), as though the sends to the others had failed.
+  std::function<bool(int from, int to)> abort_reaches;
 };
 
 // Exchanges worker addresses through `boot` (one allgather, so every rank of
