@@ -60,6 +60,13 @@ void allreduce_recursive_doubling(Call& call, const std::byte* send, std::byte* 
 // steps. Every rank ends with bit-identical results (one rank reduces each block).
 void allreduce_rabenseifner(Call& call, const std::byte* send, std::byte* recv, std::size_t count, DataType dtype,
                             ReduceOp op);
+// Reduce-scatter by recursive halving and allgather (equal blocks) by
+// recursive doubling, for a power-of-two rank count (InternalError otherwise):
+// Rabenseifner's halves, log2(n) steps each with the ring's bytes. Same
+// arguments as the rings (allgather: `count` elements per rank).
+void reduce_scatter_halving(Call& call, const std::byte* send, std::byte* recv, std::size_t count, DataType dtype,
+                            ReduceOp op);
+void allgather_doubling(Call& call, const std::byte* send, std::byte* recv, std::size_t count, std::size_t esize);
 // Ring reduce-scatter: send holds n blocks of `count` elements; rank r ends
 // with the reduction of block r in recv (which may be send's block r: in place).
 void reduce_scatter_ring(Call& call, const std::byte* send, std::byte* recv, std::size_t count, DataType dtype,

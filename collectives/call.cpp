@@ -72,6 +72,7 @@ const char* algo_name(Algo a) {
     case Algo::shm_bulk: return "shared-memory-bulk";
     case Algo::hierarchical: return "hierarchical";
     case Algo::rabenseifner: return "rabenseifner";
+    case Algo::recursive_halving: return "recursive-halving";
   }
   return "?";
 }

@@ -25,7 +25,7 @@ enum class Kind : std::uint8_t {
 };
 enum class Algo : std::uint8_t {
   none = 0, ring = 1, chain = 2, binomial_tree = 3, dissemination = 4, recursive_doubling = 5, pairwise = 6,
-  shm = 7, shm_bulk = 8, hierarchical = 9, rabenseifner = 10,
+  shm = 7, shm_bulk = 8, hierarchical = 9, rabenseifner = 10, recursive_halving = 11,
 };
 
 // The algorithm's name in messages and traces ("ring", "shared-memory", ...).

@@ -164,6 +164,8 @@ void run_allgather(detail::CommImpl& comm, const CollectiveArgs& a) {
     if (a.send != a.recv && a.count > 0) std::memcpy(a.recv, a.send, a.count * dtype_size(a.dtype));
     return;
   }
+  if (algo == Algo::recursive_doubling)
+    return allgather_doubling(call, bytes(a.send), bytes(a.recv), a.count, dtype_size(a.dtype));
   // Equal blocks: the ring's counts and displacements, built once per call.
   std::vector<std::size_t> counts(n, a.count), displs(n);
   for (std::size_t b = 0; b < n; ++b) displs[b] = b * a.count;
@@ -241,6 +243,8 @@ void run_algorithm(detail::CommImpl& comm, const CollectiveArgs& args, CallMemor
       if (device != nullptr) call.carry_device_payloads(*device);
       if (algo == Algo::hierarchical)
         return reduce_scatter_hierarchical(call, bytes(args.send), bytes(args.recv), args.count, args.dtype, args.op);
+      if (algo == Algo::recursive_halving)
+        return reduce_scatter_halving(call, bytes(args.send), bytes(args.recv), args.count, args.dtype, args.op);
       return reduce_scatter_ring(call, bytes(args.send), bytes(args.recv), args.count, args.dtype, args.op);
     }
     case Kind::allgather: return run_allgather(comm, args);

@@ -37,6 +37,21 @@ bool auto_hierarchical(const SelectionInput& in, std::size_t vector_bytes) {
   return in.forced == AllreduceAlgo::automatic && several_equal_nodes(in) && vector_bytes >= kHierarchicalMinBytes;
 }
 
+bool power_of_two_ranks(const SelectionInput& in) { return in.nranks >= 2 && PowerOfTwoFold(in.nranks).extra == 0; }
+// Some rank reaches a peer over TCP, a power-of-two rank count and the whole
+// vector (AllReduce's, ReduceScatter's input, AllGather's output) from
+// kRabenseifnerMinBytes to kRabenseifnerMaxBytes: the log-step algorithms.
+bool log_steps_over_tcp(const SelectionInput& in, std::size_t vector_bytes) {
+  return in.tcp_links && power_of_two_ranks(in) && vector_bytes >= kRabenseifnerMinBytes &&
+         vector_bytes <= kRabenseifnerMaxBytes;
+}
+// ANTDT_ALGO=rabenseifner: ReduceScatter and AllGather run its halves where
+// they can (a power-of-two rank count), the ring elsewhere.
+bool forced_log_steps(const SelectionInput& in) {
+  return in.forced == AllreduceAlgo::rabenseifner && power_of_two_ranks(in);
+}
+std::size_t whole_vector(const SelectionInput& in) { return in.bytes * static_cast<std::size_t>(in.nranks); }
+
 struct Row {
   Kind kind;
   bool (*when)(const SelectionInput&);
@@ -91,10 +106,7 @@ constexpr Row kRows[] = {
      Algo::recursive_doubling, Algo::none, "allreduce",
      "at most recursive_doubling_max_bytes(ranks) (the alpha-beta-gamma model's crossover)"},
     {Kind::allreduce,
-     [](const SelectionInput& in) {
-       return in.tcp_links && in.nranks >= 2 && PowerOfTwoFold(in.nranks).extra == 0 &&
-              in.bytes >= kRabenseifnerMinBytes && in.bytes <= kRabenseifnerMaxBytes;
-     },
+     [](const SelectionInput& in) { return log_steps_over_tcp(in, in.bytes); },
      Algo::rabenseifner, Algo::none, "allreduce",
      "some rank reaches a peer over TCP, a power-of-two rank count, kRabenseifnerMinBytes to "
      "kRabenseifnerMaxBytes: recursive halving and doubling, 2 log2(n) steps"},
@@ -115,19 +127,35 @@ constexpr Row kRows[] = {
      "above 64 KiB: pipelined"},
     {Kind::reduce_scatter, forced_hierarchical, Algo::hierarchical, Algo::none, "reduce_scatter",
      "ANTDT_ALGO=hierarchical"},
-    {Kind::reduce_scatter,
-     [](const SelectionInput& in) { return auto_hierarchical(in, in.bytes * static_cast<std::size_t>(in.nranks)); },
+    {Kind::reduce_scatter, [](const SelectionInput& in) { return auto_hierarchical(in, whole_vector(in)); },
      Algo::hierarchical, Algo::none, "reduce_scatter",
      "ranks on several nodes, as many on each and more than one, input at least kHierarchicalMinBytes: intra-node "
      "reduce-scatter, then one inter-node ring per local position"},
+    {Kind::reduce_scatter, forced_log_steps, Algo::recursive_halving, Algo::none, "reduce_scatter",
+     "ANTDT_ALGO=rabenseifner, a power-of-two rank count: its reduce-scatter half"},
+    {Kind::reduce_scatter,
+     [](const SelectionInput& in) {
+       return in.forced == AllreduceAlgo::automatic && log_steps_over_tcp(in, whole_vector(in));
+     },
+     Algo::recursive_halving, Algo::none, "reduce_scatter",
+     "some rank reaches a peer over TCP, a power-of-two rank count, an input of kRabenseifnerMinBytes to "
+     "kRabenseifnerMaxBytes: recursive halving, log2(n) steps"},
     {Kind::reduce_scatter, [](const SelectionInput&) { return true; }, Algo::ring, Algo::none, "reduce_scatter",
      "one node, nodes of unequal size, or small"},
     {Kind::allgather, forced_hierarchical, Algo::hierarchical, Algo::none, "allgather", "ANTDT_ALGO=hierarchical"},
-    {Kind::allgather,
-     [](const SelectionInput& in) { return auto_hierarchical(in, in.bytes * static_cast<std::size_t>(in.nranks)); },
+    {Kind::allgather, [](const SelectionInput& in) { return auto_hierarchical(in, whole_vector(in)); },
      Algo::hierarchical, Algo::none, "allgather",
      "ranks on several nodes, as many on each and more than one, output at least kHierarchicalMinBytes: one "
      "inter-node ring per local position, then intra-node allgather"},
+    {Kind::allgather, forced_log_steps, Algo::recursive_doubling, Algo::none, "allgather",
+     "ANTDT_ALGO=rabenseifner, a power-of-two rank count: its allgather half"},
+    {Kind::allgather,
+     [](const SelectionInput& in) {
+       return in.forced == AllreduceAlgo::automatic && log_steps_over_tcp(in, whole_vector(in));
+     },
+     Algo::recursive_doubling, Algo::none, "allgather",
+     "some rank reaches a peer over TCP, a power-of-two rank count, an output of kRabenseifnerMinBytes to "
+     "kRabenseifnerMaxBytes: recursive doubling, log2(n) steps"},
     {Kind::allgather, [](const SelectionInput&) { return true; }, Algo::ring, Algo::none, "allgather",
      "one node, nodes of unequal size, or small"},
     {Kind::allgatherv, forced_hierarchical, Algo::hierarchical, Algo::none, "allgatherv", "ANTDT_ALGO=hierarchical"},

@@ -55,7 +55,9 @@ inline constexpr std::size_t kHierarchicalMinBytes = 256 * 1024;
 // 2(n-1). Below, its halves of 128 KiB and less lose to the ring's smaller
 // messages (UCX sends them eagerly); above, the ring's pipeline wins
 // (docs/benchmarks.md#rabenseifner-over-tcp). Over memory it is 2-4x slower
-// than the ring at 4 ranks, so only TCP links choose it.
+// than the ring at 4 ranks, so only TCP links choose it. Its halves serve
+// ReduceScatter (recursive halving) and AllGather (recursive doubling) in the
+// same window, by their input and output (docs/collectives.md).
 inline constexpr std::size_t kRabenseifnerMinBytes = 512 * 1024;
 inline constexpr std::size_t kRabenseifnerMaxBytes = 2 * 1024 * 1024;
 

@@ -115,18 +115,22 @@ TEST_P(CollectiveSuite, RecursiveDoublingAndRabenseifnerGiveEveryRankTheSameBits
 // ---------------------------------------------------------------------------
 // ReduceScatter, Reduce, AllGather(v), AlltoAll
 // ---------------------------------------------------------------------------
-TEST_P(CollectiveSuite, ReduceScatterEveryDtypeOpCountAndPlacement) {
+// ANTDT_ALGO=rabenseifner: recursive halving (ReduceScatter) and doubling
+// (AllGather) at power-of-two rank counts, the rings at the others.
+TEST_P(CollectiveSuite, ReduceScatterEveryAlgorithmDtypeOpCountAndPlacement) {
   const int n = ranks();
-  auto outcomes = run_ranks(n, kind(), [&](Communicator& comm) {
-    for (DataType t : kAllTypes) {
-      for (ReduceOp op : kAllOps) {
-        for (std::size_t count : kCounts) {
-          for (bool in_place : {false, true}) check_reduce_scatter(comm, t, op, count, in_place);
+  for (AllreduceAlgo algo : {AllreduceAlgo::automatic, AllreduceAlgo::rabenseifner}) {
+    auto outcomes = run_ranks(n, kind(), [&](Communicator& comm) {
+      for (DataType t : kAllTypes) {
+        for (ReduceOp op : kAllOps) {
+          for (std::size_t count : kCounts) {
+            for (bool in_place : {false, true}) check_reduce_scatter(comm, t, op, count, in_place);
+          }
         }
       }
-    }
-  });
-  expect_all_ok(outcomes);
+    }, config_with(algo));
+    ASSERT_NO_THROW(expect_all_ok(outcomes)) << (algo == AllreduceAlgo::rabenseifner ? "rabenseifner" : "auto");
+  }
 }
 
 TEST_P(CollectiveSuite, ReduceToEveryRootTreeAndChain) {
@@ -164,16 +168,19 @@ TEST_P(CollectiveSuite, ReduceToEveryRootTreeAndChain) {
   expect_all_ok(outcomes);
 }
 
-TEST_P(CollectiveSuite, AllgatherEveryDtypeCountAndPlacement) {
+TEST_P(CollectiveSuite, AllgatherEveryAlgorithmDtypeCountAndPlacement) {
   const int n = ranks();
-  auto outcomes = run_ranks(n, kind(), [&](Communicator& comm) {
-    for (DataType t : kAllTypes) {
-      for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1003}, std::size_t{3001}}) {
-        for (bool in_place : {false, true}) check_allgather(comm, t, count, in_place);
+  for (AllreduceAlgo algo : {AllreduceAlgo::automatic, AllreduceAlgo::rabenseifner}) {
+    auto outcomes = run_ranks(n, kind(), [&](Communicator& comm) {
+      for (DataType t : kAllTypes) {
+        for (std::size_t count :
+             {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1003}, std::size_t{3001}}) {
+          for (bool in_place : {false, true}) check_allgather(comm, t, count, in_place);
+        }
       }
-    }
-  });
-  expect_all_ok(outcomes);
+    }, config_with(algo));
+    ASSERT_NO_THROW(expect_all_ok(outcomes)) << (algo == AllreduceAlgo::rabenseifner ? "rabenseifner" : "auto");
+  }
 }
 
 TEST_P(CollectiveSuite, AllgathervWithZeroLengthMembersGapsAndInPlace) {

@@ -97,6 +97,44 @@ TEST(Selection, RabenseifnerOverTcpForMediumVectors) {
   EXPECT_EQ(coll::select_algorithm(partial).algo, Algo::rabenseifner);
 }
 
+// ReduceScatter and AllGather take Rabenseifner's halves in the same window,
+// measured by the whole vector (the input, the output), not by one block.
+TEST(Selection, HalvingAndDoublingOverTcpForMediumVectors) {
+  auto choose = [](Kind kind, std::size_t whole, int nranks, bool tcp,
+                   AllreduceAlgo forced = AllreduceAlgo::automatic) {
+    SelectionInput in;
+    in.kind = kind;
+    in.dtype = DataType::u8;
+    in.count = in.bytes = whole / static_cast<std::size_t>(nranks);
+    in.nranks = nranks;
+    in.tcp_links = tcp;
+    in.forced = forced;
+    return coll::select_algorithm(in).algo;
+  };
+  const struct {
+    Kind kind;
+    Algo log_steps;
+  } cases[] = {{Kind::reduce_scatter, Algo::recursive_halving}, {Kind::allgather, Algo::recursive_doubling}};
+  for (const auto& c : cases) {
+    for (int n : {2, 4, 8}) {
+      EXPECT_EQ(choose(c.kind, coll::kRabenseifnerMinBytes, n, true), c.log_steps) << n;
+      EXPECT_EQ(choose(c.kind, coll::kRabenseifnerMaxBytes, n, true), c.log_steps) << n;
+      EXPECT_EQ(choose(c.kind, coll::kRabenseifnerMinBytes / 2, n, true), Algo::ring) << n;
+      EXPECT_EQ(choose(c.kind, coll::kRabenseifnerMaxBytes * 2, n, true), Algo::ring) << n;
+      EXPECT_EQ(choose(c.kind, 1 << 20, n, false), Algo::ring) << n;
+      EXPECT_EQ(choose(c.kind, 1 << 20, n, true, AllreduceAlgo::ring), Algo::ring) << n;
+      // Forced: at any size and without TCP links.
+      EXPECT_EQ(choose(c.kind, 64, n, false, AllreduceAlgo::rabenseifner), c.log_steps) << n;
+    }
+    // Other rank counts have no halving: the ring, forced or not.
+    for (int n : {3, 6}) {
+      EXPECT_EQ(choose(c.kind, 3 << 18, n, true), Algo::ring) << n;
+      EXPECT_EQ(choose(c.kind, 3 << 18, n, true, AllreduceAlgo::rabenseifner), Algo::ring) << n;
+    }
+    EXPECT_EQ(choose(c.kind, 1 << 20, 1, true, AllreduceAlgo::rabenseifner), Algo::ring);
+  }
+}
+
 TEST(Selection, HierarchicalAcrossUniformNodes) {
   // Two nodes of two ranks, no shared memory across them: the hierarchy from
   // kHierarchicalMinBytes up, the model's choice below.
