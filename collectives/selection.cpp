@@ -106,6 +106,14 @@ constexpr Row kRows[] = {
      Algo::recursive_doubling, Algo::none, "allreduce",
      "at most recursive_doubling_max_bytes(ranks) (the alpha-beta-gamma model's crossover)"},
     {Kind::allreduce,
+     [](const SelectionInput& in) {
+       return in.tcp_links && in.nranks == 2 && in.bytes >= kTcpPairRecursiveDoublingMinBytes &&
+              in.bytes <= kTcpPairRecursiveDoublingMaxBytes;
+     },
+     Algo::recursive_doubling, Algo::none, "allreduce",
+     "two ranks linked over TCP, kTcpPairRecursiveDoublingMinBytes to kTcpPairRecursiveDoublingMaxBytes: one "
+     "exchange of the whole vector"},
+    {Kind::allreduce,
      [](const SelectionInput& in) { return log_steps_over_tcp(in, in.bytes); },
      Algo::rabenseifner, Algo::none, "allreduce",
      "some rank reaches a peer over TCP, a power-of-two rank count, kRabenseifnerMinBytes to "
