@@ -83,6 +83,7 @@ TEST(Selection, RabenseifnerOverTcpForMediumVectors) {
   EXPECT_EQ(over_tcp(64, 2, true), Algo::recursive_doubling);
   EXPECT_EQ(over_tcp(coll::kTcpPairRecursiveDoublingMinBytes, 2, true), Algo::recursive_doubling);
   EXPECT_EQ(over_tcp(coll::kRabenseifnerMinBytes, 2, true), Algo::recursive_doubling);
+  EXPECT_EQ(over_tcp(1 << 20, 2, true), Algo::rabenseifner);
   EXPECT_EQ(over_tcp(coll::kTcpPairRecursiveDoublingMaxBytes, 2, true), Algo::recursive_doubling);
   EXPECT_EQ(over_tcp(coll::kTcpPairRecursiveDoublingMaxBytes + 1, 2, true), Algo::rabenseifner);
   EXPECT_EQ(over_tcp(coll::kRabenseifnerMaxBytes, 2, true), Algo::rabenseifner);
