@@ -34,26 +34,16 @@ void allreduce_rabenseifner(Call& call, const std::byte* send, std::byte* recv, 
   const PowerOfTwoFold fold(n);
   std::size_t index = 0;
 
-  if (fold.sits_out(r)) {
-    // Folded out: hand the vector over, then receive the result into it.
-    call.wait(call.send(index++, r + 1, acc));
-    call.wait(call.recv(index++, r + 1, acc));
-    return;
-  }
+  if (fold.sit_out(call, index, acc)) return;
   // Received ranges: a folded-in vector, then at most the larger half of the blocks.
   const HalvingBlocks blocks{count, static_cast<std::size_t>(fold.p)};
   const std::span<std::byte> incoming =
       memory.scratch(call, fold.takes_in(r) ? bytes : blocks.largest_half() * esize);
-  if (fold.takes_in(r)) {
-    call.wait(call.recv(index++, r - 1, incoming.first(bytes)));
-    memory.reduce_into(dtype, op, acc, incoming.first(bytes), acc);  // the even partner is the lower rank
-    memory.settle();
-  }
+  fold.take_in(call, index, acc, incoming, dtype, op);
 
   const int v = fold.virtual_rank(r);
   const auto block_v = acc.subspan(blocks.begin(static_cast<std::size_t>(v)) * esize,
-                                   (blocks.begin(static_cast<std::size_t>(v) + 1) -
-                                    blocks.begin(static_cast<std::size_t>(v))) * esize);
+                                   blocks.size(static_cast<std::size_t>(v)) * esize);
   reduce_scatter_halving_steps(call, index, fold, v, blocks, dtype, op,
                                HalvingBuffers{.input = acc, .partial = acc, .partial_first = 0,
                                               .result = block_v, .incoming = incoming});
@@ -63,7 +53,7 @@ void allreduce_rabenseifner(Call& call, const std::byte* send, std::byte* recv, 
   }
   allgather_doubling_steps(call, index, fold, v, blocks, esize, acc);
 
-  if (fold.takes_in(r)) call.wait(call.send(index++, r - 1, acc));
+  fold.give_back(call, index, acc);
 }
 
 }  // namespace antdt::coll

@@ -33,17 +33,8 @@ void allreduce_recursive_doubling(Call& call, const std::byte* send, std::byte* 
   const PowerOfTwoFold fold(n);
   std::size_t index = 0;
 
-  if (fold.sits_out(r)) {
-    // Folded out: hand the vector over, then receive the result. The send
-    // completes before the receive is posted into the same buffer.
-    call.wait(call.send(index++, r + 1, acc));
-    call.wait(call.recv(index++, r + 1, acc));
-    return;
-  }
-  if (fold.takes_in(r)) {
-    call.wait(call.recv(index++, r - 1, incoming));
-    reduce_into(dtype, op, acc, incoming, acc);  // the even partner is the lower rank
-  }
+  if (fold.sit_out(call, index, acc)) return;
+  fold.take_in(call, index, acc, incoming, dtype, op);
 
   const int v = fold.virtual_rank(r);
   for (int mask = 1; mask < fold.p; mask <<= 1) {
@@ -60,7 +51,7 @@ void allreduce_recursive_doubling(Call& call, const std::byte* send, std::byte* 
   }
   if (op == ReduceOp::avg) finish_avg(dtype, acc, static_cast<std::size_t>(n));
 
-  if (fold.takes_in(r)) call.wait(call.send(index++, r - 1, acc));
+  fold.give_back(call, index, acc);
 }
 
 }  // namespace antdt::coll

@@ -25,6 +25,7 @@ namespace antdt::coll {
 struct HalvingBlocks {
   std::size_t count = 0, p = 1;
   std::size_t begin(std::size_t b) const { return count / p * b + std::min(b, count % p); }
+  std::size_t size(std::size_t b) const { return begin(b + 1) - begin(b); }
   // The larger of the two halves, in elements: what one step receives at most.
   std::size_t largest_half() const { return begin(p / 2); }
 };

@@ -51,6 +51,11 @@ bool forced_log_steps(const SelectionInput& in) {
   return in.forced == AllreduceAlgo::rabenseifner && power_of_two_ranks(in);
 }
 std::size_t whole_vector(const SelectionInput& in) { return in.bytes * static_cast<std::size_t>(in.nranks); }
+// ANTDT_ALGO=auto and ReduceScatter's input or AllGather's output (in.bytes
+// is one rank's block) in the log-step window over TCP.
+bool auto_log_steps_of_blocks(const SelectionInput& in) {
+  return in.forced == AllreduceAlgo::automatic && log_steps_over_tcp(in, whole_vector(in));
+}
 
 struct Row {
   Kind kind;
@@ -141,10 +146,7 @@ constexpr Row kRows[] = {
      "reduce-scatter, then one inter-node ring per local position"},
     {Kind::reduce_scatter, forced_log_steps, Algo::recursive_halving, Algo::none, "reduce_scatter",
      "ANTDT_ALGO=rabenseifner, a power-of-two rank count: its reduce-scatter half"},
-    {Kind::reduce_scatter,
-     [](const SelectionInput& in) {
-       return in.forced == AllreduceAlgo::automatic && log_steps_over_tcp(in, whole_vector(in));
-     },
+    {Kind::reduce_scatter, auto_log_steps_of_blocks,
      Algo::recursive_halving, Algo::none, "reduce_scatter",
      "some rank reaches a peer over TCP, a power-of-two rank count, an input of kRabenseifnerMinBytes to "
      "kRabenseifnerMaxBytes: recursive halving, log2(n) steps"},
@@ -157,10 +159,7 @@ constexpr Row kRows[] = {
      "inter-node ring per local position, then intra-node allgather"},
     {Kind::allgather, forced_log_steps, Algo::recursive_doubling, Algo::none, "allgather",
      "ANTDT_ALGO=rabenseifner, a power-of-two rank count: its allgather half"},
-    {Kind::allgather,
-     [](const SelectionInput& in) {
-       return in.forced == AllreduceAlgo::automatic && log_steps_over_tcp(in, whole_vector(in));
-     },
+    {Kind::allgather, auto_log_steps_of_blocks,
      Algo::recursive_doubling, Algo::none, "allgather",
      "some rank reaches a peer over TCP, a power-of-two rank count, an output of kRabenseifnerMinBytes to "
      "kRabenseifnerMaxBytes: recursive doubling, log2(n) steps"},

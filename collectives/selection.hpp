@@ -58,6 +58,9 @@ inline constexpr std::size_t kHierarchicalMinBytes = 256 * 1024;
 // than the ring at 4 ranks, so only TCP links choose it. Its halves serve
 // ReduceScatter (recursive halving) and AllGather (recursive doubling) in the
 // same window, by their input and output (docs/collectives.md).
+inline constexpr std::size_t kRabenseifnerMinBytes = 512 * 1024;
+inline constexpr std::size_t kRabenseifnerMaxBytes = 2 * 1024 * 1024;
+
 // Two ranks over TCP exchange whole vectors (recursive doubling: one step)
 // from kTcpPairRecursiveDoublingMinBytes to kTcpPairRecursiveDoublingMaxBytes,
 // ahead of Rabenseifner's window: over TCP a step costs tens of microseconds,
@@ -68,8 +71,6 @@ inline constexpr std::size_t kHierarchicalMinBytes = 256 * 1024;
 // its own (docs/benchmarks.md#two-ranks-over-tcp).
 inline constexpr std::size_t kTcpPairRecursiveDoublingMinBytes = 256 * 1024;
 inline constexpr std::size_t kTcpPairRecursiveDoublingMaxBytes = 512 * 1024;
-inline constexpr std::size_t kRabenseifnerMinBytes = 512 * 1024;
-inline constexpr std::size_t kRabenseifnerMaxBytes = 2 * 1024 * 1024;
 
 // The chosen row.
 struct Selection {

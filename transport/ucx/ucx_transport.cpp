@@ -432,6 +432,9 @@ class UcxTransport final : public Transport {
   void handle_control_message(ucs_status_t status, std::size_t length);
   void send_abort_messages();
   void relay_abort();
+  // `info` (local_abort_ or abort_info_, read under abort_mu_) to every live
+  // peer, unless an abort message (own or relayed) already went.
+  void send_abort_once(const std::optional<AbortInfo>& info, std::string_view what, LogLevel failure_level);
   void push_abort_messages(Deadline until);
   void drain_abort_sends() noexcept;
   void handle_peer_failures();
@@ -1395,18 +1398,7 @@ void UcxTransport::drain_abort_sends() noexcept {
   }
 }
 
-void UcxTransport::send_abort_messages() {
-  if (abort_sent_) return;
-  {
-    std::lock_guard guard(abort_mu_);
-    if (!local_abort_) return;
-    control_tx_ = encode_abort_message(*local_abort_);
-  }
-  abort_sent_ = true;
-  std::function<bool(int)> reaches;
-  if (abort_reaches_) reaches = [this](int peer) { return abort_reaches_(rank_, peer); };
-  send_control_to_peers(control_tx_, "abort", LogLevel::warn, reaches);
-}
+void UcxTransport::send_abort_messages() { send_abort_once(local_abort_, "abort", LogLevel::warn); }
 
 void UcxTransport::relay_abort() {
   // A rank that learned of an abort from a peer passes it on before it
@@ -1415,14 +1407,21 @@ void UcxTransport::relay_abort() {
   // connection) or lost (a failed send): the peer must see the root cause
   // first, not this departure. Messages from one sender match in order, so
   // the relay is ahead of the leave message.
+  send_abort_once(abort_info_, "relayed abort", LogLevel::info);
+}
+
+void UcxTransport::send_abort_once(const std::optional<AbortInfo>& info, std::string_view what,
+                                   LogLevel failure_level) {
   if (abort_sent_) return;
   {
     std::lock_guard guard(abort_mu_);
-    if (!abort_info_) return;
-    control_tx_ = encode_abort_message(*abort_info_);
+    if (!info) return;
+    control_tx_ = encode_abort_message(*info);
   }
   abort_sent_ = true;
-  send_control_to_peers(control_tx_, "relayed abort", LogLevel::info);
+  std::function<bool(int)> reaches;
+  if (abort_reaches_) reaches = [this](int peer) { return abort_reaches_(rank_, peer); };
+  send_control_to_peers(control_tx_, what, failure_level, reaches);
 }
 
 void UcxTransport::send_control_to_peers(std::span<const std::byte> message, std::string_view what,

@@ -82,8 +82,9 @@ struct UcxOptions {
   // in the sender and only their header halves go out, so a receiver can be
   // caught between the two (cancel, truncation, a peer lost in between).
   std::shared_ptr<std::atomic<bool>> hold_split_payloads;
-  // Tests: whether rank `from`'s own abort message is sent to rank `to`
-  // (unset: to every peer), as though the sends to the others had failed.
+  // Tests: whether rank `from`'s abort message (its own, or one it relays)
+  // is sent to rank `to` (unset: to every peer), as though the sends to the
+  // others had failed.
   std::function<bool(int from, int to)> abort_reaches;
 };
 
