@@ -8,7 +8,8 @@ rank+1 for another: the result is Σ b_i (i+1) / Σ b_i, within [1, 3]); every c
 is included once or reported dropped (the samples of all included/deferred contributions
 add up to the samples of all applied results, and drops were reported).
 
-  hook_invariants.py <antdt-run> <drop|defer>     the test (starts the job)
+  hook_invariants.py <antdt-run> <drop|defer> [--late-first]     the test (starts the job); --late-first:
+      no partial warm-up (ANTDT_PARTIAL_WARMUP=0) and rank 2 late from step 1 on
 """
 
 import os
@@ -20,7 +21,7 @@ import job  # noqa: E402
 STEPS = 60
 
 
-def worker(policy_name):
+def worker(policy_name, late_first):
     import time
     import torch
     import torch.distributed as dist
@@ -47,8 +48,10 @@ def worker(policy_name):
             continue
         batch = 1 + (rank + plan.step) % 4  # local batches differ per rank and step
         hook.begin_step(plan, batch)
-        # Every rank "computes" 5 ms; rank 2 takes 40 ms every third step and arrives late.
-        time.sleep(0.04 if rank == 2 and plan.step % 3 == 0 else 0.005)
+        # Every rank "computes" 5 ms; rank 2 takes 40 ms every third step and arrives late
+        # (with late_first: in the first two steps too).
+        late_step = plan.step % 3 == 0 or (late_first and plan.step <= 2)
+        time.sleep(0.04 if rank == 2 and late_step else 0.005)
         # loss = Σ_samples (w0 * 1 + w1 * (rank+1)) / batch: the gradient is (1, rank+1).
         x = torch.tensor([[1.0, float(rank + 1)]]).repeat(batch, 1)
         ddp(x).sum().div(batch).backward()
@@ -113,11 +116,17 @@ def worker(policy_name):
 
 
 def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
-        return worker(sys.argv[2])
+    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
+        return worker(sys.argv[2], sys.argv[3] == "late-first")
     job.require_torch()
     antdt_run, policy = sys.argv[1], sys.argv[2]
-    return job.run_ranks(antdt_run, 3, [__file__, "--worker", policy], env={"ANTDT_RESULT_CACHE": "64"},
+    late_first = len(sys.argv) > 3 and sys.argv[3] == "--late-first"
+    env = {"ANTDT_RESULT_CACHE": "64"}
+    if late_first:
+        # No partial warm-up: the hook alone must keep rank 2, late for step 1, from skipping
+        # DDP's bucket sync at its second iteration (a deadlock until the timeouts).
+        env.update({"ANTDT_PARTIAL_WARMUP": "0", "ANTDT_TIMEOUT_MS": "20000"})
+    return job.run_ranks(antdt_run, 3, [__file__, "--worker", policy, "late-first" if late_first else "-"], env=env,
                          timeout=90)
 
 

@@ -57,11 +57,22 @@ class PartialAllReduceHook:
         # The communicator of the last exchange: finishing a run and leaving a generation
         # must use it, since agent.communicator() would already rebuild on a rebuild step.
         self.comm = None
+        # Whether this communicator generation had its first exchange: that one always waits
+        # for every rank (policy_of).
+        self.generation_started = False
         self._pending = []           # (bucket buffer, future) of buckets before the last
         self.counts = {"included": 0, "deferred": 0, "dropped": 0, "none": 0, "fetched_results": 0, "steps": 0}
 
     # -- the step protocol -------------------------------------------------
     def policy_of(self, plan):
+        # The first step of a communicator generation (a new DDP) waits for every rank, whatever
+        # the plan: DDP syncs its buckets over its process group at its second iteration, and a
+        # rank late for the first step would wait in the next partial step for the others while
+        # they wait for it in that sync, until the timeouts. The partial collectives' own warm-up
+        # (ANTDT_PARTIAL_WARMUP steps of BSP) covers it too, unless it is set to 0. Every rank
+        # starts a generation at the same step, so they agree on this step's policy.
+        if not self.generation_started:
+            return LatePolicy.wait
         return self.late_override if self.late_override is not None else plan.late
 
     def already_applied(self, plan):
@@ -96,6 +107,7 @@ class PartialAllReduceHook:
         if self.comm is not None:
             self.comm.barrier()
         self.comm = None
+        self.generation_started = False
 
     # -- the exchange ------------------------------------------------------
     def exchange(self, flat):
@@ -130,6 +142,7 @@ class PartialAllReduceHook:
         return result[0]
 
     def _finish_exchange(self, fate, result):
+        self.generation_started = True
         self.last_fate = fate
         self.last_result, self.last_count = result
         self.counts[fate.name] += 1
