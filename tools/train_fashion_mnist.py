@@ -215,7 +215,7 @@ def train_antdt(args):
     def wrap(generation):
         init_process_group(args, run, generation)
         ddp = nn.parallel.DistributedDataParallel(run.model, bucket_cap_mb=64)
-        ddp.register_comm_hook(hook, PartialAllReduceHook.ddp_hook)
+        hook.register(ddp)
         return ddp
 
     def resync():

@@ -37,7 +37,7 @@ def worker(policy_name, late_first):
     model = torch.nn.Linear(2, 1, bias=False)
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     hook = PartialAllReduceHook(agent, late=late_policy(policy_name))
-    ddp.register_comm_hook(hook, PartialAllReduceHook.ddp_hook)
+    hook.register(ddp)
     results = []       # (step, result vector, samples) in the order applied
     contributed = 0.0  # samples of this rank's included/deferred contributions
     dropped = deferred = 0

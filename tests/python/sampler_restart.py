@@ -45,7 +45,7 @@ def worker(out):
         port = int(os.environ["MASTER_PORT"]) + generation
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=agent.size)
         d = torch.nn.parallel.DistributedDataParallel(model)
-        d.register_comm_hook(hook, PartialAllReduceHook.ddp_hook)
+        hook.register(d)
         return d
 
     def resync():

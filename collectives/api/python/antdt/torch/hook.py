@@ -19,7 +19,7 @@ order, so replicas stay bit-identical.
 Usage (the trainer keeps the step loop; see tools/train_fashion_mnist.py)::
 
     hook = PartialAllReduceHook(agent)
-    ddp.register_comm_hook(hook, PartialAllReduceHook.ddp_hook)
+    hook.register(ddp)                              # DDP(..., broadcast_buffers=False) if the model has buffers
     plan = agent.next_step()
     if hook.already_applied(plan): continue        # a late rank fetched this step's result
     hook.begin_step(plan, samples=len(batch))
@@ -225,9 +225,22 @@ class PartialAllReduceHook:
         return applied
 
     # -- the DDP communication hook ----------------------------------------
+    def register(self, ddp):
+        """Registers this hook on `ddp` (a DistributedDataParallel): register_comm_hook(self,
+        ddp_hook), after checking that DDP does not broadcast buffers every iteration. A late
+        rank skips the steps whose results it fetched, so it would miss those broadcasts and
+        pair the others' with later iterations' (a mismatch, then a hang): a model with buffers
+        (e.g. BatchNorm's running statistics) needs DDP(..., broadcast_buffers=False), each rank
+        then keeping its own."""
+        if getattr(ddp, "broadcast_buffers", False) and any(True for _ in ddp.module.buffers()):
+            raise Error("PartialAllReduceHook.register: this DDP broadcasts the model's buffers at every iteration "
+                        "(broadcast_buffers=True), which a rank that skips the steps it was late for cannot follow; "
+                        "construct it with DistributedDataParallel(..., broadcast_buffers=False)")
+        ddp.register_comm_hook(self, PartialAllReduceHook.ddp_hook)
+
     @staticmethod
     def ddp_hook(state, bucket):
-        """register_comm_hook(state=<this object>, hook=PartialAllReduceHook.ddp_hook)."""
+        """The hook register() installs (register_comm_hook(state=<this object>, hook=ddp_hook))."""
         self = state
         fut = torch.futures.Future()
         self._pending.append((bucket, fut))
