@@ -1,7 +1,8 @@
 """PartialAllReduceHook.register on one process (DDP on a 1-rank gloo group, no Agent needed):
 
 - a model with buffers under DDP's default broadcast_buffers=True is refused with an antdt.Error
-  (a RuntimeError) naming broadcast_buffers, and nothing is registered;
+  (a RuntimeError) naming broadcast_buffers, and nothing is registered; find_unused_parameters=True
+  is refused naming it;
 - with broadcast_buffers=False, and for a model without buffers, the hook is registered (DDP then
   refuses a second registration, which is how the test sees it).
 
@@ -45,6 +46,13 @@ def main():
             errors.append(f"the refusal does not name the fix: {e}")
     if not errors and registered(ddp):
         errors.append("the refused hook was registered anyway")
+    ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4), find_unused_parameters=True)
+    try:
+        PartialAllReduceHook(None).register(ddp)
+        errors.append("a DDP that reduces its used-parameter map every iteration was accepted")
+    except antdt.Error as e:
+        if "find_unused_parameters" not in str(e):
+            errors.append(f"the refusal does not name find_unused_parameters: {e}")
     for name, model, kwargs in [("buffers, broadcast_buffers=False", with_buffers, {"broadcast_buffers": False}),
                                 ("no buffers", torch.nn.Linear(4, 4), {})]:
         ddp = torch.nn.parallel.DistributedDataParallel(model, **kwargs)

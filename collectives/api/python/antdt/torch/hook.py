@@ -227,15 +227,22 @@ class PartialAllReduceHook:
     # -- the DDP communication hook ----------------------------------------
     def register(self, ddp):
         """Registers this hook on `ddp` (a DistributedDataParallel): register_comm_hook(self,
-        ddp_hook), after checking that DDP does not broadcast buffers every iteration. A late
-        rank skips the steps whose results it fetched, so it would miss those broadcasts and
-        pair the others' with later iterations' (a mismatch, then a hang): a model with buffers
-        (e.g. BatchNorm's running statistics) needs DDP(..., broadcast_buffers=False), each rank
-        then keeping its own."""
+        ddp_hook), after checking that DDP runs no collective of its own at every iteration. A
+        late rank skips the steps whose results it fetched, so it would miss those collectives
+        and pair the others' with later iterations' (a mismatch, then a hang). Such collectives
+        are the broadcast of the model's buffers (e.g. BatchNorm's running statistics; needs
+        DDP(..., broadcast_buffers=False), each rank then keeping its own) and the AllReduce of
+        the used-parameter map under find_unused_parameters=True."""
+        why = None
         if getattr(ddp, "broadcast_buffers", False) and any(True for _ in ddp.module.buffers()):
-            raise Error("PartialAllReduceHook.register: this DDP broadcasts the model's buffers at every iteration "
-                        "(broadcast_buffers=True), which a rank that skips the steps it was late for cannot follow; "
-                        "construct it with DistributedDataParallel(..., broadcast_buffers=False)")
+            why = ("broadcasts the model's buffers at every iteration; construct it with "
+                   "DistributedDataParallel(..., broadcast_buffers=False)")
+        elif getattr(ddp, "find_unused_parameters", False):
+            why = ("reduces its map of used parameters at every iteration (find_unused_parameters=True); "
+                   "construct it without, every parameter taking part in each backward")
+        if why is not None:
+            raise Error(f"PartialAllReduceHook.register: this DDP {why}. A rank that skips the steps it was late "
+                        "for cannot follow a collective that DDP runs at every iteration")
         ddp.register_comm_hook(self, PartialAllReduceHook.ddp_hook)
 
     @staticmethod
