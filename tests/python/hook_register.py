@@ -37,22 +37,20 @@ def main():
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{job.free_port()}", rank=0, world_size=1)
     errors = []
     with_buffers = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
-    ddp = torch.nn.parallel.DistributedDataParallel(with_buffers)
-    try:
-        PartialAllReduceHook(None).register(ddp)
-        errors.append("a DDP that broadcasts buffers every iteration was accepted")
-    except antdt.Error as e:
-        if "broadcast_buffers=False" not in str(e):
-            errors.append(f"the refusal does not name the fix: {e}")
-    if not errors and registered(ddp):
-        errors.append("the refused hook was registered anyway")
-    ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4), find_unused_parameters=True)
-    try:
-        PartialAllReduceHook(None).register(ddp)
-        errors.append("a DDP that reduces its used-parameter map every iteration was accepted")
-    except antdt.Error as e:
-        if "find_unused_parameters" not in str(e):
-            errors.append(f"the refusal does not name find_unused_parameters: {e}")
+    # (what DDP runs at every iteration, the model, DDP's options, the word the refusal must name)
+    refused = [("a broadcast of the buffers", with_buffers, {}, "broadcast_buffers=False"),
+               ("an AllReduce of its used-parameter map", torch.nn.Linear(4, 4), {"find_unused_parameters": True},
+                "find_unused_parameters")]
+    for what, model, kwargs, word in refused:
+        ddp = torch.nn.parallel.DistributedDataParallel(model, **kwargs)
+        try:
+            PartialAllReduceHook(None).register(ddp)
+            errors.append(f"a DDP that runs {what} every iteration was accepted")
+        except antdt.Error as e:
+            if word not in str(e):
+                errors.append(f"the refusal of {what} does not name {word}: {e}")
+            elif registered(ddp):
+                errors.append(f"the hook refused for {what} was registered anyway")
     for name, model, kwargs in [("buffers, broadcast_buffers=False", with_buffers, {"broadcast_buffers": False}),
                                 ("no buffers", torch.nn.Linear(4, 4), {})]:
         ddp = torch.nn.parallel.DistributedDataParallel(model, **kwargs)
@@ -62,7 +60,7 @@ def main():
     dist.destroy_process_group()
     for e in errors:
         print(f"FAIL: {e}", flush=True)
-    print("hook_register: " + ("failed" if errors else "refused with buffers, registered otherwise"), flush=True)
+    print("hook_register: " + ("failed" if errors else "refused where DDP syncs every iteration, registered otherwise"), flush=True)
     return 1 if errors else 0
 
 
