@@ -28,6 +28,19 @@ namespace {
 
 const std::size_t kCounts[] = {0, 1, 7, 1003};
 
+// The forced ANTDT_ALGO a loop runs under, for its failure messages.
+const char* algo_label(AllreduceAlgo algo) {
+  switch (algo) {
+    case AllreduceAlgo::automatic: return "auto";
+    case AllreduceAlgo::ring: return "ring";
+    case AllreduceAlgo::recursive_doubling: return "recursive doubling";
+    case AllreduceAlgo::shm: return "shm";
+    case AllreduceAlgo::hierarchical: return "hierarchical";
+    case AllreduceAlgo::rabenseifner: return "rabenseifner";
+  }
+  return "?";
+}
+
 // Like run_ranks, with a configuration per rank (to force disagreeing settings).
 Outcomes run_ranks_configured(int n, TransportKind kind, const std::function<Config(int)>& config_of,
                               const std::function<void(Communicator&)>& fn) {
@@ -84,10 +97,7 @@ TEST_P(CollectiveSuite, AllreduceEveryAlgorithmDtypeOpCountAndPlacement) {
         }
       }
     }, config_with(algo));
-    const char* name = algo == AllreduceAlgo::ring           ? "ring"
-                       : algo == AllreduceAlgo::rabenseifner ? "rabenseifner"
-                                                             : "recursive doubling";
-    ASSERT_NO_THROW(expect_all_ok(outcomes)) << name;
+    ASSERT_NO_THROW(expect_all_ok(outcomes)) << algo_label(algo);
   }
 }
 
@@ -108,7 +118,7 @@ TEST_P(CollectiveSuite, RecursiveDoublingAndRabenseifnerGiveEveryRankTheSameBits
     expect_all_ok(outcomes);
     for (int r = 1; r < n; ++r)
       EXPECT_EQ(std::memcmp(results[0].data(), results[static_cast<std::size_t>(r)].data(), 257 * sizeof(float)), 0)
-          << "rank " << r << (algo == AllreduceAlgo::rabenseifner ? " (rabenseifner)" : " (recursive doubling)");
+          << "rank " << r << " (" << algo_label(algo) << ")";
   }
 }
 
@@ -129,7 +139,7 @@ TEST_P(CollectiveSuite, ReduceScatterEveryAlgorithmDtypeOpCountAndPlacement) {
         }
       }
     }, config_with(algo));
-    ASSERT_NO_THROW(expect_all_ok(outcomes)) << (algo == AllreduceAlgo::rabenseifner ? "rabenseifner" : "auto");
+    ASSERT_NO_THROW(expect_all_ok(outcomes)) << algo_label(algo);
   }
 }
 
@@ -179,7 +189,7 @@ TEST_P(CollectiveSuite, AllgatherEveryAlgorithmDtypeCountAndPlacement) {
         }
       }
     }, config_with(algo));
-    ASSERT_NO_THROW(expect_all_ok(outcomes)) << (algo == AllreduceAlgo::rabenseifner ? "rabenseifner" : "auto");
+    ASSERT_NO_THROW(expect_all_ok(outcomes)) << algo_label(algo);
   }
 }
 
